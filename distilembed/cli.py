@@ -1,0 +1,56 @@
+"""The ``distilembed`` command: one Typer app that assembles each stage's subcommands.
+
+Stage modules are imported lazily inside their commands, so ``distilembed serve`` never
+imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+
+from distilembed.errors import UserError
+
+app = typer.Typer(
+    name="distilembed",
+    help="Distil, export, index and serve compact sentence embeddings.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _register() -> None:
+    from training.cli import register as register_training
+
+    register_training(app)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    _register()
+    try:
+        app(standalone_mode=False)
+    except UserError as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

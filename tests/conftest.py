@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_models import make_tiny_bert, make_tiny_sentence_model, tiny_sentences
+
+SHARED_DATA = Path(
+    os.environ.get("DISTILEMBED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test gets its own cache dir; the reassembled mpnet teacher is shared read-only."""
+    monkeypatch.setenv("DISTILEMBED_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_sentence_model(tmp_path_factory.mktemp("models") / "tiny-teacher")
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data root: a small corpus and an STS-B layout with dev and test."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "corpus.txt").write_text("\n".join(tiny_sentences(300)) + "\n")
+    sts = root / "sts" / "stsbenchmark"
+    sts.mkdir(parents=True)
+    for split, seed in (("train", 3), ("dev", 4), ("test", 5)):
+        left, right = tiny_sentences(40, seed), tiny_sentences(40, seed + 10)
+        rows = [
+            f"main-captions\tMSRvid\t2012test\t{i:04d}\t{(i * 7) % 6 * 0.9:.1f}\t{a}\t{b}"
+            for i, (a, b) in enumerate(zip(left, right, strict=True))
+        ]
+        (sts / f"sts-{split}.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "sts" / "stsbenchmark" / "sts-test.csv").is_file():
+        pytest.skip("shared data not available")
+    return SHARED_DATA

@@ -1,0 +1,133 @@
+"""End to end on tiny in-process models: train -> checkpoint -> reload; and the CLI's errors."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+
+from distilembed.errors import UserError
+from training.config import make_config
+from training.pipeline import run_training
+
+
+def _cfg(tiny_teacher, tiny_bert, **kw):
+    base = {
+        "teacher": str(tiny_teacher),
+        "student": str(tiny_bert),
+        "dim": 8,
+        "n_sentences": 120,
+        "pca_sample": 120,
+        "corpus": "corpus.txt",
+        "batch_size": 16,
+        "max_steps": 6,
+        "eval_every": 3,
+        "save_every": 3,
+        "max_seq_len": 32,
+        "device": "cpu",
+        "lr": 1e-3,
+    }
+    base.update(kw)
+    return make_config(None, base)
+
+
+def test_train_writes_loadable_checkpoint(tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+    out = tmp_path / "ckpt"
+    manifest = run_training(_cfg(tiny_teacher, tiny_bert), out, data_dir=str(tiny_data))
+    model = SentenceTransformer(str(out))
+    emb = model.encode(["a man is playing a guitar ."])
+    assert emb.shape == (1, 8)
+    assert np.linalg.norm(emb) == pytest.approx(1.0, abs=1e-5)
+    saved = json.loads((out / "manifest.json").read_text())
+    assert saved["kind"] == "checkpoint" and saved["method"] == "hpd"
+    assert saved["training"]["steps"] == 6 and saved["training"]["best_step"] in {3, 6}
+    assert set(saved["seconds"]) >= {"data", "teacher_targets", "pca", "train", "evaluate"}
+    assert saved["data"]["sentences"] == 120 and len(saved["data"]["sentences_sha256"]) == 64
+    assert "STS-B" in saved["scores"] and "stsb_test_pca8" in saved["teacher"]["reference"]
+    assert (out / "training_curve.png").stat().st_size > 1000
+    assert saved["files"]["modules.json"]
+    assert not out.with_name("ckpt.partial").exists()
+    assert manifest["student"]["dim"] == 8
+
+
+def test_save_load_round_trip_is_exact(tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+    out = tmp_path / "ckpt"
+    run_training(_cfg(tiny_teacher, tiny_bert, max_steps=3), out, data_dir=str(tiny_data))
+    best = SentenceTransformer(str(out))
+    again = SentenceTransformer(str(out))
+    texts = ["a dog is running in the park .", "the cat sits ."]
+    np.testing.assert_allclose(best.encode(texts), again.encode(texts), atol=1e-6)
+    assert [type(m).__name__ for m in best] == ["Transformer", "Pooling", "Dense", "Normalize"]
+
+
+def test_teacher_cache_reused(tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+    run_training(_cfg(tiny_teacher, tiny_bert, max_steps=1), tmp_path / "one", data_dir=str(tiny_data))
+    manifest = run_training(
+        _cfg(tiny_teacher, tiny_bert, max_steps=1), tmp_path / "two", data_dir=str(tiny_data)
+    )
+    assert manifest["teacher_cache"]["reused_rows"] == 120
+
+
+def test_unfinished_run_needs_resume(tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+    out = tmp_path / "ckpt"
+    out.with_name("ckpt.partial").mkdir()
+    with pytest.raises(UserError, match="--resume"):
+        run_training(_cfg(tiny_teacher, tiny_bert), out, data_dir=str(tiny_data))
+    manifest = run_training(
+        _cfg(tiny_teacher, tiny_bert, max_steps=2), out, data_dir=str(tiny_data), resume=True
+    )
+    assert manifest["training"]["steps"] == 2
+
+
+def _cli(*args, env_data=None):
+    import os
+
+    env = dict(os.environ)
+    if env_data:
+        env["DISTILEMBED_DATA_DIR"] = str(env_data)
+    return subprocess.run(
+        [sys.executable, "-m", "distilembed.cli", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--corpus", "missing.txt"], "corpus not found"),
+        (["--corpus", "empty.txt"], "corpus is empty"),
+        (["--corpus", "data.parquet"], "unknown corpus format"),
+        (["--teacher", "no-such-teacher"], "model not found"),
+        (["--dim", "64"], "smaller than the student's hidden size 32"),
+        (["--sts-dir", "nowhere"], "STS"),
+    ],
+)
+def test_cli_bad_input_is_one_line(args, message, tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+    (tiny_data / "empty.txt").write_text("\n\n")
+    (tiny_data / "data.parquet").write_bytes(b"PAR1")
+    base = [
+        "train",
+        "--out",
+        str(tmp_path / "o"),
+        "--teacher",
+        str(tiny_teacher),
+        "--student",
+        str(tiny_bert),
+        "--corpus",
+        "corpus.txt",
+        "--dim",
+        "8",
+        "--max-steps",
+        "1",
+    ]
+    result = _cli(*base, *args, env_data=tiny_data)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr

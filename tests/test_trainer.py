@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+import torch
+
+from tests.tiny_models import tiny_sentences
+from training.losses.hpd import hpd_loss
+from training.student import build_student, projected_embeddings
+from training.trainer import LoopConfig, Trainer, length_grouped_batches
+
+
+class InterruptedRunError(Exception):
+    pass
+
+
+def _setup(tiny_bert, workdir, fail_at: int | None = None):
+    torch.manual_seed(0)
+    student = build_student(str(tiny_bert), dim=4, max_seq_len=24)
+    texts = tiny_sentences(48)
+    targets = torch.from_numpy(np.random.default_rng(0).normal(size=(48, 4)).astype(np.float32))
+    calls = {"n": 0}
+
+    def batch_loss(idx):
+        calls["n"] += 1
+        if fail_at is not None and calls["n"] == fail_at:
+            raise InterruptedRunError
+        return hpd_loss(projected_embeddings(student, [texts[i] for i in idx]), targets[idx])
+
+    dev_calls = []
+
+    def dev_score(model):
+        dev_calls.append(1)
+        return -float(len(dev_calls))  # first evaluation is best
+
+    lengths = np.array([len(t) for t in texts])
+    cfg = LoopConfig(batch_size=8, lr=1e-3, epochs=2, eval_every=4, save_every=2, log_every=1, seed=3)
+    return student, Trainer(
+        student, batch_loss, lengths=lengths, cfg=cfg, workdir=workdir, dev_score=dev_score
+    )
+
+
+def test_resume_matches_uninterrupted_run(tiny_bert, tmp_path) -> None:
+    student_a, trainer_a = _setup(tiny_bert, tmp_path / "a")
+    state_a = trainer_a.run()
+    assert state_a.step == 12  # 48 / 8 * 2 epochs
+
+    _, trainer_b = _setup(tiny_bert, tmp_path / "b", fail_at=8)  # dies during step 8
+    with pytest.raises(InterruptedRunError):
+        trainer_b.run()
+    student_c, trainer_c = _setup(tiny_bert, tmp_path / "b")
+    state_c = trainer_c.run(resume=True)
+    assert state_c.step == 12
+    losses_a = [p["loss"] for p in state_a.curve if "loss" in p]
+    losses_c = [p["loss"] for p in state_c.curve if "loss" in p]
+    assert losses_c == pytest.approx(losses_a, rel=1e-5)
+    for (name, pa), (_, pc) in zip(
+        student_a.state_dict().items(), student_c.state_dict().items(), strict=True
+    ):
+        assert torch.allclose(pa, pc, atol=1e-6), name
+
+
+def test_best_checkpoint_kept(tiny_bert, tmp_path) -> None:
+    _, trainer = _setup(tiny_bert, tmp_path / "w")
+    state = trainer.run()
+    assert state.best_step == 4 and state.best_dev == -1.0
+    assert (trainer.best_dir / "modules.json").is_file()
+    assert [p["step"] for p in state.curve if "dev_spearman" in p] == [4, 8, 12]
+
+
+def test_length_grouped_batches_cover_everything_once() -> None:
+    lengths = np.random.default_rng(1).integers(1, 100, size=1003)
+    batches = length_grouped_batches(lengths, 16, seed=5)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(1003))
+    assert batches == length_grouped_batches(lengths, 16, seed=5)
+    assert batches != length_grouped_batches(lengths, 16, seed=6)
+    spread = np.mean([np.ptp(lengths[b]) for b in batches if len(b) == 16])
+    assert spread < 20  # sorted within mega-batches: little padding

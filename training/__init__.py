@@ -1,0 +1,1 @@
+"""Offline distillation of large sentence-embedding teachers into compact students."""

@@ -1,0 +1,79 @@
+"""Training-stage subcommands: ``train``, ``eval`` and ``targets``. Heavy imports happen inside commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Opt = typer.Option
+DataDir = Annotated[
+    str | None,
+    Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR", help="Root that relative data paths are read from."),
+]
+NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
+
+
+def train_command(
+    out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
+    preset: Annotated[str | None, Opt(help="smoke | hpd-mpnet; flags override it.")] = None,
+    method: Annotated[str | None, Opt(help="Distillation method: hpd.")] = None,
+    teacher: Annotated[str | None, Opt(help="Teacher folder, packaged name or hub id.")] = None,
+    student: Annotated[str | None, Opt(help="Student init folder, packaged name or hub id.")] = None,
+    layers: Annotated[int | None, Opt(help="Keep only K encoder layers of the student.")] = None,
+    dim: Annotated[int | None, Opt(help="Output dimension of the learnable projection.")] = None,
+    corpus: Annotated[str | None, Opt(help="Unlabeled corpus (.txt / .txt.gz).")] = None,
+    n_sentences: Annotated[int | None, Opt(help="Use the first N sentences of the corpus.")] = None,
+    pca_sample: Annotated[int | None, Opt(help="Sentences the teacher PCA is fitted on.")] = None,
+    augment: Annotated[list[str] | None, Opt(help="synonym, deletion and/or crop (repeatable).")] = None,
+    max_seq_len: Annotated[int | None, Opt()] = None,
+    batch_size: Annotated[int | None, Opt()] = None,
+    lr: Annotated[float | None, Opt()] = None,
+    epochs: Annotated[float | None, Opt()] = None,
+    max_steps: Annotated[int | None, Opt()] = None,
+    eval_every: Annotated[int | None, Opt(help="Steps between STS-B dev evaluations.")] = None,
+    save_every: Annotated[int | None, Opt(help="Steps between resumable snapshots.")] = None,
+    seed: Annotated[int | None, Opt()] = None,
+    device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
+    sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
+    data_dir: DataDir = None,
+    resume: Annotated[bool, Opt(help="Continue an interrupted run from its last snapshot.")] = False,
+    overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
+) -> None:
+    """Distil a teacher into a compact student and write an evaluated checkpoint."""
+    from training.config import make_config
+    from training.pipeline import run_training
+    from training.report import print_training_summary
+
+    overrides = {k: v for k, v in locals().items() if k not in NOT_CONFIG}
+    cfg = make_config(preset, overrides)
+    manifest = run_training(cfg, out, data_dir=data_dir, resume=resume, overwrite=overwrite)
+    print_training_summary(manifest, out)
+
+
+def targets_command(
+    teacher: Annotated[str, Opt(help="Teacher folder, packaged name or hub id.")],
+    corpus: Annotated[str, Opt(help="Unlabeled corpus (.txt / .txt.gz).")],
+    n_sentences: Annotated[int | None, Opt(help="Use the first N sentences.")] = None,
+    batch_size: Annotated[int, Opt()] = 64,
+    device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
+    data_dir: DataDir = None,
+) -> None:
+    """Encode a corpus with a teacher into the resumable on-disk target cache (no training)."""
+    from distilembed.paths import resolve_data_path
+    from training.data.text import read_sentences
+    from training.teacher_targets import teacher_targets
+    from training.trainer import resolve_device
+
+    texts = read_sentences(resolve_data_path(corpus, data_dir), limit=n_sentences)
+    _, info = teacher_targets(teacher, texts, device=resolve_device(device), batch_size=batch_size)
+    typer.echo(info)
+
+
+def register(app: typer.Typer) -> None:
+    from training.eval_cli import eval_command
+
+    app.command("train")(train_command)
+    app.command("eval")(eval_command)
+    app.command("targets")(targets_command)

@@ -1,0 +1,96 @@
+"""Training configuration: one dataclass, named presets, and CLI overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from distilembed.errors import UserError
+
+METHODS = ("hpd",)
+AUGMENTATIONS = ("synonym", "deletion", "crop")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    method: str = "hpd"
+    teacher: str = "all-mpnet-base-v2"
+    student: str = "all-MiniLM-L6-v2"
+    layers: int | None = None
+    dim: int = 128
+    corpus: str = "unlabeled/enwiki2015_1m_sentences.txt.gz"
+    n_sentences: int = 200_000
+    pca_sample: int = 100_000
+    augment: tuple[str, ...] = ()
+    synonym_p: float = 0.3
+    deletion_p: float = 0.1
+    max_seq_len: int = 128
+    teacher_batch_size: int = 64
+    batch_size: int = 64
+    lr: float = 1e-4
+    warmup_ratio: float = 0.05
+    epochs: float = 1.0
+    max_steps: int | None = None
+    eval_every: int = 500
+    save_every: int = 500
+    seed: int = 42
+    device: str = "auto"
+    sts_dir: str = "sts"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> TrainConfig:
+        if self.method not in METHODS:
+            raise UserError(f"unknown method {self.method!r} (known: {', '.join(METHODS)})")
+        unknown = set(self.augment) - set(AUGMENTATIONS)
+        if unknown:
+            raise UserError(f"unknown augmentation {sorted(unknown)} (known: {', '.join(AUGMENTATIONS)})")
+        for name in ("dim", "n_sentences", "batch_size", "max_seq_len", "eval_every", "save_every"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be positive")
+        if self.layers is not None and self.layers < 1:
+            raise UserError("--layers must be positive")
+        if self.epochs <= 0 and not self.max_steps:
+            raise UserError("--epochs must be positive")
+        return self
+
+
+PRESETS: dict[str, TrainConfig] = {
+    # End-to-end check of the whole path in a few minutes on 2 CPU cores.
+    "smoke": TrainConfig(
+        teacher="all-MiniLM-L6-v2",
+        student="all-MiniLM-L6-v2",
+        layers=3,
+        n_sentences=20_000,
+        pca_sample=20_000,
+        max_seq_len=64,
+        batch_size=64,
+        lr=2e-4,
+        epochs=1.0,
+        eval_every=100,
+        save_every=100,
+    ),
+    # The issue's HPD target: mpnet teacher, MiniLM-L6 student, 128-d, 200k Wikipedia sentences.
+    "hpd-mpnet": TrainConfig(
+        teacher="all-mpnet-base-v2",
+        student="all-MiniLM-L6-v2",
+        n_sentences=200_000,
+        pca_sample=100_000,
+        batch_size=64,
+        lr=1e-4,
+        epochs=1.0,
+        eval_every=500,
+        save_every=250,
+    ),
+}
+
+
+def make_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
+    """A preset (or the defaults) with every non-None override applied, validated."""
+    if preset is not None and preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
+    base = PRESETS[preset] if preset else TrainConfig()
+    names = {f.name for f in fields(TrainConfig)}
+    changes = {k: v for k, v in overrides.items() if v is not None and k in names}
+    if "augment" in changes:
+        changes["augment"] = tuple(changes["augment"])
+    return replace(base, **changes).validate()

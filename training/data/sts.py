@@ -1,0 +1,258 @@
+"""Readers for the STS benchmarks (STS12-16, STS-B, SICK-R) in SentEval's on-disk layouts."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from distilembed.errors import UserError
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_WARNINGS = 5
+STSB_FIELDS = 7
+SEARCH_DEPTH = 3
+
+# SentEval's subsets per year (STS13 has no SMT: its licence kept it out of SentEval).
+SENTEVAL_SUBSETS: dict[str, tuple[str, ...]] = {
+    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+    "STS13": ("FNWN", "headlines", "OnWN"),
+    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+}
+# The papers' table order.
+STS_SET_ORDER = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R")
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class STSPair:
+    sentence1: str
+    sentence2: str
+    score: float
+
+
+# A set is its pairs, or (STS12-16) its subsets' pairs by subset name.
+STSSets = dict[str, list[STSPair] | dict[str, list[STSPair]]]
+
+
+class _Skips:
+    """Counts malformed lines of one file; warns for the first few, then once in total."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+
+    def skip(self, lineno: int, why: str) -> None:
+        self.count += 1
+        if self.count <= MAX_LINE_WARNINGS:
+            log.warning("%s:%d: skipped malformed line (%s)", self.path, lineno, why)
+
+    def summary(self) -> None:
+        if self.count:
+            log.warning("%s: skipped %d malformed line(s)", self.path, self.count)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, line without its newline); a missing file is a UserError."""
+    if not path.is_file():
+        raise UserError(f"STS file not found: {path}")
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        for lineno, line in enumerate(handle, 1):
+            yield lineno, line.rstrip("\r\n")
+
+
+def _score(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def _nonempty(pairs: list[STSPair], path: Path) -> list[STSPair]:
+    if not pairs:
+        raise UserError(f"no usable STS pairs in {path}")
+    return pairs
+
+
+def read_stsb(path: str | Path) -> list[STSPair]:
+    """STS Benchmark csv, SentEval-processed or original release (extra trailing columns ignored)."""
+    path = Path(path)
+    skips = _Skips(path)
+    pairs: list[STSPair] = []
+    for lineno, line in _lines(path):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < STSB_FIELDS:
+            skips.skip(lineno, f"{len(fields)} fields, want {STSB_FIELDS}")
+            continue
+        score = _score(fields[4])
+        if score is None:
+            skips.skip(lineno, f"bad score {fields[4]!r}")
+            continue
+        pairs.append(STSPair(fields[5].strip(), fields[6].strip(), score))
+    skips.summary()
+    return _nonempty(pairs, path)
+
+
+def _read_senteval_subset(directory: Path, subset: str) -> list[STSPair]:
+    inputs = directory / f"STS.input.{subset}.txt"
+    gold_path = directory / f"STS.gs.{subset}.txt"
+    sentences = list(_lines(inputs))
+    gold = list(_lines(gold_path))
+    if len(sentences) != len(gold):
+        raise UserError(f"{inputs} has {len(sentences)} lines but {gold_path} has {len(gold)}")
+    skips = _Skips(inputs)
+    pairs: list[STSPair] = []
+    for (lineno, line), (_, gold_line) in zip(sentences, gold, strict=True):
+        if not gold_line.strip():
+            continue  # unrated pair: SentEval drops these
+        score = _score(gold_line.strip())
+        if score is None:
+            skips.skip(lineno, f"bad gold score {gold_line!r} in {gold_path.name}")
+            continue
+        # Raw STS16 input lines carry two source columns after the sentences.
+        fields = line.split("\t")
+        if len(fields) < 2:
+            skips.skip(lineno, f"{len(fields)} field(s), want 2")
+            continue
+        pairs.append(STSPair(fields[0].strip(), fields[1].strip(), score))
+    skips.summary()
+    return _nonempty(pairs, inputs)
+
+
+def read_senteval_sts(
+    directory: str | Path, subsets: Sequence[str] | None = None
+) -> dict[str, list[STSPair]]:
+    """One SentEval STS year folder: ``STS.input.<subset>.txt`` + ``STS.gs.<subset>.txt``.
+
+    ``subsets`` defaults to every ``STS.input.*.txt`` in the folder, in name order.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UserError(f"STS folder not found: {directory}")
+    if subsets is None:
+        prefix, suffix = "STS.input.", ".txt"
+        subsets = sorted(p.name[len(prefix) : -len(suffix)] for p in directory.glob(f"{prefix}*{suffix}"))
+    if not subsets:
+        raise UserError(f"no STS.input.*.txt files in {directory}")
+    return {subset: _read_senteval_subset(directory, subset) for subset in subsets}
+
+
+def read_sick(path: str | Path) -> list[STSPair]:
+    """SICK with a header row (``SICK_test_annotated.txt`` or ``SICK.txt``): relatedness 1-5."""
+    path = Path(path)
+    lines = _lines(path)
+    header = next(lines, (0, ""))[1].split("\t")
+    wanted = ("sentence_A", "sentence_B", "relatedness_score")
+    if not all(name in header for name in wanted):
+        raise UserError(f"not a SICK file (header lacks {', '.join(wanted)}): {path}")
+    col_a, col_b, col_score = (header.index(name) for name in wanted)
+    skips = _Skips(path)
+    pairs: list[STSPair] = []
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            skips.skip(lineno, f"{len(fields)} fields, want {len(header)}")
+            continue
+        score = _score(fields[col_score])
+        if score is None:
+            skips.skip(lineno, f"bad score {fields[col_score]!r}")
+            continue
+        pairs.append(STSPair(fields[col_a].strip(), fields[col_b].strip(), score))
+    skips.summary()
+    return _nonempty(pairs, path)
+
+
+def _walk(root: Path, depth: int) -> Iterator[Path]:
+    """``root`` and its sub-folders down to ``depth`` levels, breadth first, names sorted."""
+    level = [root]
+    for _ in range(depth + 1):
+        following: list[Path] = []
+        for folder in level:
+            yield folder
+            try:
+                children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+            except OSError:
+                continue
+            following.extend(children)
+        level = following
+
+
+def _stsb_rank(path: Path) -> tuple[int, int]:
+    # SentEval's processed file first; the original release only when it is all there is.
+    return (path.parent.name.lower() == "original", len(path.parts))
+
+
+def locate_sts_sets(sts_dir: str | Path) -> dict[str, Path]:
+    """Find the known STS sets under ``sts_dir`` (a few levels deep), in table order.
+
+    Values are the STS12-16 year folders, the STS-B test csv and the SICK test file.
+    """
+    root = Path(sts_dir).expanduser()
+    if not root.is_dir():
+        raise UserError(f"STS directory not found: {root}")
+    years = {f"{name}-en-test".lower(): name for name in SENTEVAL_SUBSETS}
+    found: dict[str, Path] = {}
+    stsb: list[Path] = []
+    for folder in _walk(root, SEARCH_DEPTH):
+        name = years.get(folder.name.lower())
+        if name and name not in found and any(folder.glob("STS.input.*.txt")):
+            found[name] = folder
+        if (folder / "sts-test.csv").is_file():
+            stsb.append(folder / "sts-test.csv")
+        if "SICK-R" not in found and (folder / "SICK_test_annotated.txt").is_file():
+            found["SICK-R"] = folder / "SICK_test_annotated.txt"
+    if stsb:
+        found["STS-B"] = min(stsb, key=_stsb_rank)
+    if not found:
+        names = [f"{n}-en-test/" for n in SENTEVAL_SUBSETS] + ["sts-test.csv", "SICK_test_annotated.txt"]
+        looked = ", ".join(names)
+        raise UserError(f"no known STS set in {root} (looked for {looked})")
+    return {name: found[name] for name in STS_SET_ORDER if name in found}
+
+
+def load_sts_set(name: str, path: Path) -> list[STSPair] | dict[str, list[STSPair]]:
+    """Read one set found by :func:`locate_sts_sets`; a year folder keeps SentEval's subsets."""
+    if name in SENTEVAL_SUBSETS:
+        present = [s for s in SENTEVAL_SUBSETS[name] if (path / f"STS.input.{s}.txt").is_file()]
+        missing = sorted(set(SENTEVAL_SUBSETS[name]) - set(present))
+        if missing:
+            log.warning("%s: subsets missing from %s, not comparable to SentEval: %s", name, path, missing)
+        if not present:
+            raise UserError(f"{path} holds none of SentEval's {name} subsets")
+        return read_senteval_sts(path, present)
+    if name == "STS-B":
+        return read_stsb(path)
+    if name == "SICK-R":
+        return read_sick(path)
+    raise UserError(f"unknown STS set {name!r} (known: {', '.join(STS_SET_ORDER)})")
+
+
+def find_sts_sets(sts_dir: str | Path) -> STSSets:
+    """Every known STS set under ``sts_dir``, read, in the papers' order (STS12 .. SICK-R)."""
+    return {name: load_sts_set(name, path) for name, path in locate_sts_sets(sts_dir).items()}
+
+
+def load_stsb_split(sts_dir_or_file: str | Path, split: str) -> list[STSPair]:
+    """STS-B ``split`` given the csv itself, the stsbenchmark folder or a parent of it."""
+    if split not in SPLITS:
+        raise UserError(f"unknown STS-B split {split!r} (want one of {', '.join(SPLITS)})")
+    given = Path(sts_dir_or_file).expanduser()
+    if given.is_file():
+        return read_stsb(given)
+    if not given.is_dir():
+        raise UserError(f"STS-B file or folder not found: {given}")
+    name = f"sts-{split}.csv"
+    candidates = [folder / name for folder in _walk(given, SEARCH_DEPTH) if (folder / name).is_file()]
+    if not candidates:
+        raise UserError(f"no {name} under {given}")
+    return read_stsb(min(candidates, key=_stsb_rank))

@@ -1,0 +1,62 @@
+"""Plain-text corpora: one sentence per line, ``.txt`` or ``.txt.gz``."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from distilembed.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+def _open_text(path: Path):  # noqa: ANN202 - a text handle
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="\n")
+    return open(path, encoding="utf-8", errors="replace", newline="\n")
+
+
+def iter_sentences(path: str | Path) -> Iterator[str]:
+    """Yield stripped non-empty lines; undecodable bytes become U+FFFD and are counted."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"corpus not found: {path}")
+    if path.suffix not in {".txt", ".gz"} or (path.suffix == ".gz" and not path.stem.endswith(".txt")):
+        raise UserError(f"unknown corpus format (want .txt or .txt.gz): {path}")
+    bad = 0
+    with _open_text(path) as handle:
+        for lineno, line in enumerate(handle, 1):
+            text = line.strip()
+            if not text:
+                continue
+            if "\ufffd" in text:
+                bad += 1
+                if bad <= 5:
+                    log.warning("%s:%d: invalid UTF-8 replaced", path, lineno)
+            yield text
+    if bad:
+        log.warning("%s: %d lines had invalid UTF-8", path, bad)
+
+
+def read_sentences(path: str | Path, limit: int | None = None) -> list[str]:
+    """The first ``limit`` sentences of a corpus; an empty corpus is an error."""
+    out: list[str] = []
+    for text in iter_sentences(path):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(text)
+    if not out:
+        raise UserError(f"corpus is empty: {path}")
+    return out
+
+
+def content_hash(texts: list[str]) -> str:
+    """Order-sensitive sha256 of a list of texts: the identity of a corpus sample."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8"))
+        digest.update(b"\n")
+    return digest.hexdigest()

@@ -1,0 +1,145 @@
+"""The ``eval`` command: STS12-16, STS-B and SICK-R scores of a sentence encoder, as a table and JSON.
+
+scipy, torch and sentence-transformers are imported only when the command runs, so
+registering it costs the serving image nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.measure import Measurement
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from distilembed.artifacts import atomic_write_json
+from distilembed.errors import UserError
+from training.data.sts import load_sts_set, locate_sts_sets
+from training.teachers import load_sentence_encoder
+
+STDOUT = "-"
+
+
+def default_sts_dir() -> Path:
+    """``$DISTILEMBED_DATA_DIR/sts``: where the shared data keeps its STS sets."""
+    root = os.environ.get("DISTILEMBED_DATA_DIR")
+    if not root:
+        raise UserError("no STS directory: pass --sts-dir or set DISTILEMBED_DATA_DIR")
+    return Path(root).expanduser() / "sts"
+
+
+def model_size(model: Any) -> tuple[int | None, int | None]:
+    """(embedding dimension, parameter count) of a model, None where it cannot say."""
+    dim = None
+    for getter in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        if callable(getattr(model, getter, None)):
+            dim = getattr(model, getter)()
+            break
+    params = None
+    if callable(getattr(model, "parameters", None)):
+        params = sum(p.numel() for p in model.parameters())
+    return dim, params
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN (a constant prediction) becomes null: strict JSON has no NaN."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    return value
+
+
+def eval_command(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="Sentence-transformers folder, packaged teacher (all-MiniLM-L6-v2, all-mpnet-base-v2) "
+            "or hub id.",
+        ),
+    ],
+    sts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--sts-dir",
+            help="Folder holding STS12-16-en-test/, stsbenchmark/, SICK files "
+            "(default: $DISTILEMBED_DATA_DIR/sts).",
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the results as JSON here ('-': JSON on stdout, table on stderr)."),
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sentences per encode call.")] = 64,
+    device: Annotated[str, typer.Option("--device", help="Torch device for the model.")] = "cpu",
+) -> None:
+    """Evaluate a sentence encoder on the STS sets found (Spearman x100 of cosine, SimCSE protocol)."""
+    from training.evaluation import (
+        evaluate_sts,
+        format_table,
+        sentence_transformer_encoder,
+    )
+
+    to_stdout = json_out is not None and str(json_out) == STDOUT
+    console = Console(stderr=to_stdout)
+    status = Console(stderr=True)
+
+    root = sts_dir if sts_dir is not None else default_sts_dir()
+    located = locate_sts_sets(root)
+    sets = {name: load_sts_set(name, path) for name, path in located.items()}
+    with status.status(f"loading model {model}"):
+        encoder = load_sentence_encoder(model, device=device)
+    dim, params = model_size(encoder)
+    encode = sentence_transformer_encoder(encoder, batch_size=batch_size)
+
+    started = time.perf_counter()
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=status,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"STS: {next(iter(sets))}", total=len(sets))
+        names = list(sets)
+
+        def advance(done: str) -> None:
+            following = names.index(done) + 1
+            label = f"STS: {names[following]}" if following < len(names) else "STS"
+            progress.update(task, advance=1, description=label)
+
+        results = evaluate_sts(encode, sets, progress=advance)
+    seconds = time.perf_counter() - started
+
+    table = format_table(results, model, dim, params)
+    # Never squeeze the numbers: a pipe or a narrow terminal gets the table's natural width.
+    natural = Measurement.get(console, console.options.update_width(1000), table).maximum
+    console.print(table, width=max(console.width, natural))
+    report = _json_safe(
+        {
+            "model": model,
+            "dim": dim,
+            "params": params,
+            "metric": "spearman x100 of cosine similarity",
+            "aggregation": "STS12-16: SentEval 'all' (one Spearman over the year's concatenated subsets); "
+            "Avg.: mean over the sets found",
+            **results,
+            "sources": {name: str(path) for name, path in located.items()},
+            "batch_size": batch_size,
+            "device": device,
+            "seconds": round(seconds, 2),
+        }
+    )
+    if to_stdout:
+        typer.echo(json.dumps(report, indent=2))
+    elif json_out is not None:
+        atomic_write_json(json_out, report)
+        status.print(f"wrote {json_out}")

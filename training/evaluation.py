@@ -1,0 +1,141 @@
+"""STS evaluation as SimCSE reports it: Spearman x100 of cosine similarity against gold scores."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from rich import box
+from rich.table import Table
+from scipy.stats import spearmanr
+
+from training.data.sts import STS_SET_ORDER, STSPair
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+EncodeFn = Callable[[list[str]], np.ndarray]
+AVG = "Avg."
+
+
+def cosine_rows(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity; a zero vector scores 0 against anything."""
+    a = np.asarray(emb1, dtype=np.float64)
+    b = np.asarray(emb2, dtype=np.float64)
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ValueError(f"want two (n, d) arrays of one shape, got {a.shape} and {b.shape}")
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.einsum("ij,ij->i", a, b)
+    return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+
+
+def spearman_x100(predicted: Sequence[float] | np.ndarray, gold: Sequence[float] | np.ndarray) -> float:
+    """Spearman rank correlation x100 (NaN when either side is constant)."""
+    pred = np.asarray(predicted, dtype=np.float64)
+    ref = np.asarray(gold, dtype=np.float64)
+    if pred.shape != ref.shape or pred.ndim != 1:
+        raise ValueError(f"want two 1-d sequences of one length, got {pred.shape} and {ref.shape}")
+    if len(pred) < 2 or np.all(pred == pred[0]) or np.all(ref == ref[0]):
+        return math.nan
+    return float(spearmanr(pred, ref).statistic) * 100
+
+
+def spearman_cosine(emb1: np.ndarray, emb2: np.ndarray, gold: Sequence[float]) -> float:
+    """Spearman x100 between the row-wise cosine of ``emb1``/``emb2`` and ``gold``."""
+    return spearman_x100(cosine_rows(emb1, emb2), gold)
+
+
+def pair_cosines(encode: EncodeFn, pairs: Sequence[STSPair]) -> np.ndarray:
+    """Cosine per pair, encoding each distinct sentence once."""
+    if not pairs:
+        raise ValueError("no pairs to score")
+    index: dict[str, int] = {}
+    for pair in pairs:
+        index.setdefault(pair.sentence1, len(index))
+        index.setdefault(pair.sentence2, len(index))
+    vectors = np.asarray(encode(list(index)))
+    if vectors.ndim != 2 or len(vectors) != len(index):
+        raise ValueError(f"encoder returned shape {vectors.shape} for {len(index)} sentences")
+    left = vectors[[index[p.sentence1] for p in pairs]]
+    right = vectors[[index[p.sentence2] for p in pairs]]
+    return cosine_rows(left, right)
+
+
+def evaluate_pairs(encode: EncodeFn, pairs: Sequence[STSPair]) -> float:
+    """Spearman x100 of cosine against gold for one list of pairs."""
+    return spearman_x100(pair_cosines(encode, pairs), [p.score for p in pairs])
+
+
+def evaluate_sts(
+    encode: EncodeFn,
+    sets: Mapping[str, Sequence[STSPair] | Mapping[str, Sequence[STSPair]]],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Score every set; ``progress(name)`` is called as each set finishes.
+
+    A set given as subsets (STS12-16) scores SentEval's 'all' as SimCSE reports it: one
+    Spearman over the concatenated predictions and gold of all subsets. Returns
+    ``{"scores": {set: x, ..., "Avg.": mean}, "subsets": {set: {subset: x}}, "pairs": {set: n}}``.
+    """
+    scores: dict[str, float] = {}
+    subsets: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
+    for name, data in sets.items():
+        if isinstance(data, Mapping):
+            predicted: list[np.ndarray] = []
+            gold: list[float] = []
+            subsets[name] = {}
+            for subset, pairs in data.items():
+                cosines = pair_cosines(encode, pairs)
+                subsets[name][subset] = spearman_x100(cosines, [p.score for p in pairs])
+                predicted.append(cosines)
+                gold.extend(p.score for p in pairs)
+            scores[name] = spearman_x100(np.concatenate(predicted), gold)
+            counts[name] = len(gold)
+        else:
+            scores[name] = evaluate_pairs(encode, data)
+            counts[name] = len(data)
+        if progress is not None:
+            progress(name)
+    if scores:
+        scores[AVG] = float(np.mean(list(scores.values())))
+    return {"scores": scores, "subsets": subsets, "pairs": counts}
+
+
+def sentence_transformer_encoder(model: SentenceTransformer, batch_size: int = 64) -> EncodeFn:
+    """Adapt a SentenceTransformer (or anything with the same ``encode``) to :data:`EncodeFn`."""
+
+    def encode(sentences: list[str]) -> np.ndarray:
+        return np.asarray(
+            model.encode(sentences, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        )
+
+    return encode
+
+
+def format_params(params: int | None) -> str:
+    if params is None:
+        return "-"
+    if params >= 1_000_000:
+        return f"{params / 1e6:.1f}M"
+    if params >= 1_000:
+        return f"{params / 1e3:.1f}K"
+    return str(params)
+
+
+def format_table(results: Mapping[str, Any], model_name: str, dim: int | None, params: int | None) -> Table:
+    """One row like the papers' Table 1: STS12..SICK-R and Avg. (those present), Dim, Params."""
+    scores: Mapping[str, float] = results.get("scores", results)
+    known = [name for name in STS_SET_ORDER if name in scores]
+    extra = [name for name in scores if name not in STS_SET_ORDER and name != AVG]
+    columns = [*known, *extra, *([AVG] if AVG in scores else [])]
+    table = Table(title="STS (Spearman x100 of cosine)", box=box.SIMPLE_HEAD)
+    # Numbers never get cut; a long model name folds instead.
+    table.add_column("Model", overflow="fold", min_width=8)
+    for name in [*columns, "Dim", "Params"]:
+        table.add_column(name, justify="right", no_wrap=True, min_width=max(len(name), 5))
+    cells = ["nan" if math.isnan(scores[c]) else f"{scores[c]:.2f}" for c in columns]
+    table.add_row(model_name, *cells, "-" if dim is None else str(dim), format_params(params))
+    return table

@@ -1,0 +1,211 @@
+"""``distilembed train``: corpus -> teacher targets -> distilled student -> evaluated checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from distilembed.artifacts import atomic_write_json, sha256_file
+from distilembed.errors import UserError
+from distilembed.paths import resolve_data_path
+from training.checkpoint import write_checkpoint
+from training.config import TrainConfig
+from training.data.sts import find_sts_sets, load_stsb_split
+from training.data.text import content_hash, read_sentences
+from training.evaluation import evaluate_pairs, evaluate_sts, sentence_transformer_encoder
+from training.losses.hpd import PCATargets, hpd_loss
+from training.student import build_student, count_parameters, projected_embeddings
+from training.target_cache import model_fingerprint
+from training.teacher_targets import teacher_targets
+from training.teachers import resolve_model
+from training.trainer import LoopConfig, Trainer, remove_workdir, resolve_device
+
+log = logging.getLogger(__name__)
+
+
+class StageClock:
+    """Wall-clock seconds per named stage, for the manifest."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        log.info("stage %s ...", name)
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 2)
+        log.info("stage %s done in %.1f s", name, self.seconds[name])
+
+
+def _prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Path:
+    workdir = out.with_name(out.name + ".partial")
+    if out.exists() and not overwrite:
+        raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
+    saved = workdir / "config.json"
+    if workdir.exists() and not resume:
+        raise UserError(f"unfinished run in {workdir}: pass --resume to continue it, or delete it")
+    if resume and saved.exists():
+        before = json.loads(saved.read_text())
+        if before != json.loads(json.dumps(asdict(cfg))):
+            raise UserError(f"--resume with a different configuration than {saved}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(saved, asdict(cfg))
+    return workdir
+
+
+def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
+    if not cfg.augment:
+        return []
+    from training.augment import augment_corpus
+
+    return [
+        augment_corpus(texts, [method], seed=cfg.seed, synonym_p=cfg.synonym_p, deletion_p=cfg.deletion_p)
+        for method in cfg.augment
+    ]
+
+
+def _teacher_reference(cfg: TrainConfig, pca: PCATargets, sts_dir: Path, device: str) -> dict[str, float]:
+    """The ceiling: the teacher's own STS-B dev/test Spearman, full-dim and after the PCA."""
+    from training.evaluation import spearman_cosine
+
+    out: dict[str, float] = {}
+    for split in ("dev", "test"):
+        pairs = load_stsb_split(sts_dir, split)
+        sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+        emb, _ = teacher_targets(cfg.teacher, sentences, device=device, batch_size=cfg.teacher_batch_size)
+        index = {s: i for i, s in enumerate(sentences)}
+        full = np.asarray(emb, dtype=np.float32)
+        reduced = pca.transform(full)
+        gold = [p.score for p in pairs]
+        for name, vec in (("full", full), (f"pca{cfg.dim}", reduced)):
+            a = vec[[index[p.sentence1] for p in pairs]]
+            b = vec[[index[p.sentence2] for p in pairs]]
+            out[f"stsb_{split}_{name}"] = round(spearman_cosine(a, b, gold), 2)
+    return out
+
+
+def run_training(
+    cfg: TrainConfig,
+    out: Path,
+    data_dir: str | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    clock = StageClock()
+    device = resolve_device(cfg.device)
+    corpus_path = resolve_data_path(cfg.corpus, data_dir)
+    sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
+    workdir = _prepare_dirs(cfg, out, resume, overwrite)
+    torch.manual_seed(cfg.seed)
+
+    with clock.stage("data"):
+        texts = read_sentences(corpus_path, limit=cfg.n_sentences)
+        dev_pairs = load_stsb_split(sts_dir, "dev")
+    with clock.stage("student"):
+        student = build_student(cfg.student, cfg.dim, cfg.layers, cfg.max_seq_len, device)
+        teacher_path = resolve_model(cfg.teacher)
+    with clock.stage("augment"):
+        extra_sets = _augmented(texts, cfg)
+    with clock.stage("teacher_targets"):
+        base, base_info = teacher_targets(
+            cfg.teacher, texts, device=device, batch_size=cfg.teacher_batch_size
+        )
+        aug_targets = [
+            teacher_targets(cfg.teacher, s, device=device, batch_size=cfg.teacher_batch_size)[0]
+            for s in extra_sets
+        ]
+    with clock.stage("pca"):
+        pca = PCATargets.fit(np.asarray(base[: cfg.pca_sample], dtype=np.float32), cfg.dim, cfg.seed)
+        all_texts = texts + [t for s in extra_sets for t in s]
+        targets = torch.from_numpy(
+            np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])
+        )
+        np.savez(workdir / "pca.npz", mean=pca.mean, components=pca.components)
+    with clock.stage("teacher_reference"):
+        reference = _teacher_reference(cfg, pca, sts_dir, device)
+        log.info("teacher reference: %s", reference)
+
+    def batch_loss(indices: list[int]) -> torch.Tensor:
+        emb = projected_embeddings(student, [all_texts[i] for i in indices])
+        return hpd_loss(emb.float(), targets[indices].to(emb.device))
+
+    def dev_score(model: Any) -> float:
+        return evaluate_pairs(sentence_transformer_encoder(model, batch_size=128), dev_pairs)
+
+    loop_cfg = LoopConfig(
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        warmup_ratio=cfg.warmup_ratio,
+        epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        eval_every=cfg.eval_every,
+        save_every=cfg.save_every,
+        seed=cfg.seed,
+    )
+    lengths = np.array([len(t) for t in all_texts])
+    trainer = Trainer(
+        student, batch_loss, lengths=lengths, cfg=loop_cfg, workdir=workdir, dev_score=dev_score
+    )
+    with clock.stage("train"):
+        state = trainer.run(resume=resume)
+    with clock.stage("evaluate"):
+        from sentence_transformers import SentenceTransformer
+
+        best = SentenceTransformer(str(trainer.best_dir), device=device)
+        sts = evaluate_sts(sentence_transformer_encoder(best, batch_size=128), find_sts_sets(sts_dir))
+    manifest = {
+        "method": cfg.method,
+        "config": asdict(cfg),
+        "teacher": {
+            "name": cfg.teacher,
+            "path": teacher_path,
+            "fingerprint": model_fingerprint(teacher_path),
+            "dim": int(base.shape[1]),
+            "reference": reference,
+        },
+        "student": {
+            "init": cfg.student,
+            "layers": cfg.layers,
+            "params": count_parameters(best),
+            "dim": cfg.dim,
+            "max_seq_len": cfg.max_seq_len,
+        },
+        "data": {
+            "corpus": str(corpus_path),
+            "corpus_file_sha256": sha256_file(corpus_path),
+            "sentences": len(texts),
+            "sentences_sha256": content_hash(texts),
+            "augmented": {m: len(s) for m, s in zip(cfg.augment, extra_sets, strict=True)},
+            "train_examples": len(all_texts),
+            "sts_dir": str(sts_dir),
+        },
+        "pca": {
+            "sample": min(cfg.pca_sample, len(texts)),
+            "explained_variance": round(float(pca.explained_variance_ratio.sum()), 4),
+        },
+        "teacher_cache": base_info,
+        "training": {
+            "steps": state.step,
+            "best_step": state.best_step,
+            "device": device,
+            "best_dev_spearman": round(state.best_dev, 2),
+        },
+        "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
+        "sts_subsets": sts["subsets"],
+        "seconds": clock.seconds,
+    }
+    with clock.stage("save"):
+        write_checkpoint(trainer.best_dir, out, manifest, state.curve, overwrite=overwrite)
+    remove_workdir(workdir)
+    manifest["seconds"] = clock.seconds
+    return manifest

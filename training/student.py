@@ -1,0 +1,96 @@
+"""Student construction: a pretrained encoder, optionally cut to K layers, mean pooling,
+and a learnable linear projection to d, saved as a plain sentence-transformers pipeline
+(Transformer -> Pooling -> Dense -> Normalize)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from sentence_transformers import SentenceTransformer
+
+try:
+    from sentence_transformers.sentence_transformer import modules as models
+except ImportError:  # sentence-transformers < 5.7
+    from sentence_transformers import models  # type: ignore[no-redef]
+from torch import nn
+
+from distilembed.errors import UserError
+from training.teachers import resolve_model
+
+
+def _encoder_layers(auto_model: nn.Module) -> nn.ModuleList:
+    for path in ("encoder.layer", "encoder.layers", "transformer.layer", "layers"):
+        node: object = auto_model
+        for part in path.split("."):
+            node = getattr(node, part, None)
+        if isinstance(node, nn.ModuleList):
+            return node
+    raise UserError(f"cannot find the encoder layers of {type(auto_model).__name__}")
+
+
+def keep_layers(auto_model: nn.Module, keep: Sequence[int]) -> None:
+    """Keep only the listed encoder layers (in order) and update the config to match."""
+    layers = _encoder_layers(auto_model)
+    n = len(layers)
+    if not keep or any(i < 0 or i >= n for i in keep):
+        raise UserError(f"layers {list(keep)} out of range for a {n}-layer encoder")
+    kept = nn.ModuleList([layers[i] for i in keep])
+    parent_path = "encoder" if hasattr(auto_model, "encoder") else "transformer"
+    parent = getattr(auto_model, parent_path, auto_model)
+    attr = "layer" if hasattr(parent, "layer") else "layers"
+    setattr(parent, attr, kept)
+    auto_model.config.num_hidden_layers = len(kept)
+
+
+def spread_layers(total: int, k: int) -> list[int]:
+    """K of ``total`` layers evenly spread and always including the last one."""
+    if k >= total:
+        return list(range(total))
+    step = total / k
+    return sorted({min(total - 1, round((i + 1) * step) - 1) for i in range(k)})
+
+
+def build_student(
+    init: str = "all-MiniLM-L6-v2",
+    dim: int = 128,
+    layers: int | None = None,
+    max_seq_len: int = 128,
+    device: str = "cpu",
+) -> SentenceTransformer:
+    """Transformer(init, first-K-spread layers) -> mean Pooling -> Dense(hidden, dim) -> Normalize."""
+    path = resolve_model(init)
+    try:
+        transformer = models.Transformer(path, max_seq_length=max_seq_len)
+    except OSError as exc:
+        raise UserError(f"cannot load student init {init!r}: {str(exc).splitlines()[0]}") from exc
+    hidden = (
+        transformer.get_embedding_dimension()
+        if hasattr(transformer, "get_embedding_dimension")
+        else transformer.get_word_embedding_dimension()
+    )
+    if dim >= hidden:
+        raise UserError(f"projection dim {dim} must be smaller than the student's hidden size {hidden}")
+    if dim < 1:
+        raise UserError(f"projection dim must be positive, got {dim}")
+    if layers is not None:
+        total = len(_encoder_layers(transformer.auto_model))
+        keep_layers(transformer.auto_model, spread_layers(total, layers))
+    pooling = models.Pooling(hidden, pooling_mode="mean")
+    dense = models.Dense(hidden, dim, bias=True, activation_function=nn.Identity())
+    nn.init.xavier_uniform_(dense.linear.weight)
+    nn.init.zeros_(dense.linear.bias)
+    return SentenceTransformer(modules=[transformer, pooling, dense, models.Normalize()], device=device)
+
+
+def projected_embeddings(student: SentenceTransformer, texts: list[str]) -> torch.Tensor:
+    """The student's d-dim output before normalisation (what the distillation losses see)."""
+    features = student.tokenize(texts)
+    features = {k: v.to(student.device) if torch.is_tensor(v) else v for k, v in features.items()}
+    for module in list(student)[:-1]:  # everything but Normalize
+        features = module(features)
+    return features["sentence_embedding"]
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

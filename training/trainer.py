@@ -1,0 +1,233 @@
+"""A small, resumable training loop shared by every distillation method.
+
+A method supplies ``batch_loss(indices) -> loss``; the loop owns batching (length-grouped
+to cut padding), AdamW with warmup, AMP on CUDA, periodic STS-B dev evaluation that keeps
+the best student, and atomic state snapshots for ``--resume``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from distilembed.artifacts import atomic_directory, atomic_write_json
+
+log = logging.getLogger(__name__)
+
+BatchLoss = Callable[[list[int]], torch.Tensor]
+DevScore = Callable[[SentenceTransformer], float]
+
+
+@dataclass
+class LoopConfig:
+    batch_size: int = 64
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    epochs: float = 1.0
+    max_steps: int | None = None
+    eval_every: int = 500
+    save_every: int = 500
+    log_every: int = 20
+    grad_clip: float = 1.0
+    seed: int = 42
+
+
+@dataclass
+class LoopState:
+    step: int = 0
+    best_dev: float = float("-inf")
+    best_step: int = -1
+    curve: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int) -> list[list[int]]:
+    """Shuffle, sort within mega-batches of 50 batches by length, then shuffle the batches."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths))
+    mega = batch_size * 50
+    batches: list[list[int]] = []
+    for lo in range(0, len(order), mega):
+        block = order[lo : lo + mega]
+        block = block[np.argsort(lengths[block], kind="stable")]
+        batches += [block[i : i + batch_size].tolist() for i in range(0, len(block), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+class Trainer:
+    def __init__(
+        self,
+        student: SentenceTransformer,
+        batch_loss: BatchLoss,
+        *,
+        lengths: np.ndarray,
+        cfg: LoopConfig,
+        workdir: Path,
+        dev_score: DevScore | None = None,
+        extra_params: list[torch.nn.Parameter] | None = None,
+    ) -> None:
+        self.student, self.batch_loss, self.lengths, self.cfg = student, batch_loss, lengths, cfg
+        self.workdir, self.dev_score = workdir, dev_score
+        self.extra = extra_params or []
+        self.batches_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
+        self.total_steps = cfg.max_steps or max(1, round(self.batches_per_epoch * cfg.epochs))
+        params = [p for p in student.parameters() if p.requires_grad] + self.extra
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.scheduler = get_linear_schedule_with_warmup(
+            self.optimizer, round(cfg.warmup_ratio * self.total_steps), self.total_steps
+        )
+        self.device = str(student.device)
+        self.amp_dtype = None
+        if self.device.startswith("cuda"):
+            self.amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        self.scaler = torch.amp.GradScaler(enabled=self.amp_dtype == torch.float16)
+        self.state = LoopState()
+
+    # --- persistence -------------------------------------------------------------
+    @property
+    def best_dir(self) -> Path:
+        return self.workdir / "best"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.workdir / "state"
+
+    def _save_student(self, path: Path) -> None:
+        """Save without leaving train mode: sentence-transformers' save() calls eval()."""
+        was_training = self.student.training
+        self.student.save(str(path))
+        self.student.train(was_training)
+
+    def save_state(self) -> None:
+        with atomic_directory(self.state_dir, overwrite=True) as tmp:
+            self._save_student(tmp / "model")
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "scaler": self.scaler.state_dict(),
+                    "extra": [p.detach().cpu() for p in self.extra],
+                    "torch_rng": torch.get_rng_state(),
+                    "py_rng": random.getstate(),
+                },
+                tmp / "optim.pt",
+            )
+            atomic_write_json(tmp / "loop.json", asdict(self.state))
+
+    def load_state(self) -> None:
+        """Restore weights, optimiser, schedule and progress from the last snapshot."""
+        loaded = SentenceTransformer(str(self.state_dir / "model"), device=self.device)
+        self.student.load_state_dict(loaded.state_dict())
+        blob = torch.load(self.state_dir / "optim.pt", weights_only=False)
+        self.optimizer.load_state_dict(blob["optimizer"])
+        self.scheduler.load_state_dict(blob["scheduler"])
+        self.scaler.load_state_dict(blob["scaler"])
+        with torch.no_grad():
+            for param, saved in zip(self.extra, blob["extra"], strict=True):
+                param.copy_(saved.to(param.device))
+        torch.set_rng_state(blob["torch_rng"])
+        random.setstate(blob["py_rng"])
+        self.state = LoopState(**json.loads((self.state_dir / "loop.json").read_text()))
+        log.info(
+            "resumed at step %d/%d (best dev %.2f)", self.state.step, self.total_steps, self.state.best_dev
+        )
+
+    # --- loop ----------------------------------------------------------------------
+    def _evaluate(self) -> None:
+        if self.dev_score is None:
+            return
+        self.student.eval()
+        with torch.no_grad():
+            score = float(self.dev_score(self.student))
+        self.student.train()
+        self.state.curve.append({"step": self.state.step, "dev_spearman": round(score, 4)})
+        if score > self.state.best_dev:
+            self.state.best_dev, self.state.best_step = score, self.state.step
+            with atomic_directory(self.best_dir, overwrite=True) as tmp:
+                self._save_student(tmp)
+        log.info(
+            "step %d: STS-B dev %.2f (best %.2f @ %d)",
+            self.state.step,
+            score,
+            self.state.best_dev,
+            self.state.best_step,
+        )
+
+    def _train_step(self, batch: list[int]) -> float:
+        device_type = "cuda" if self.device.startswith("cuda") else "cpu"
+        with torch.autocast(device_type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            loss = self.batch_loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        return float(loss.detach())
+
+    def run(self, resume: bool = False) -> LoopState:
+        if resume and (self.state_dir / "loop.json").exists():
+            self.load_state()
+        self.student.train()
+        start, window = time.perf_counter() - self.state.seconds, []
+        bar = tqdm(
+            total=self.total_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True
+        )
+        while self.state.step < self.total_steps:
+            epoch, offset = divmod(self.state.step, self.batches_per_epoch)
+            batches = length_grouped_batches(self.lengths, self.cfg.batch_size, self.cfg.seed + epoch)
+            for batch in batches[offset:]:
+                window.append(self._train_step(batch))
+                self.state.step += 1
+                bar.update(1)
+                if self.state.step % self.cfg.log_every == 0 or self.state.step == self.total_steps:
+                    mean = float(np.mean(window))
+                    self.state.curve.append(
+                        {
+                            "step": self.state.step,
+                            "loss": round(mean, 6),
+                            "lr": self.scheduler.get_last_lr()[0],
+                        }
+                    )
+                    bar.set_postfix(loss=f"{mean:.4f}")
+                    window = []
+                done = self.state.step == self.total_steps
+                if self.state.step % self.cfg.eval_every == 0 or done:
+                    self._evaluate()
+                if self.state.step % self.cfg.save_every == 0 or done:
+                    self.state.seconds = time.perf_counter() - start
+                    self.save_state()
+                if done:
+                    break
+        bar.close()
+        self.state.seconds = time.perf_counter() - start
+        if self.dev_score is None or not self.best_dir.exists():  # no dev set: the last student is the result
+            with atomic_directory(self.best_dir, overwrite=True) as tmp:
+                self._save_student(tmp)
+        return self.state
+
+
+def remove_workdir(workdir: Path) -> None:
+    shutil.rmtree(workdir, ignore_errors=True)
