@@ -62,12 +62,12 @@ PRESETS: dict[str, TrainConfig] = {
         layers=3,
         n_sentences=20_000,
         pca_sample=20_000,
-        max_seq_len=64,
+        max_seq_len=48,
         batch_size=64,
         lr=2e-4,
         epochs=1.0,
-        eval_every=100,
-        save_every=100,
+        eval_every=160,
+        save_every=80,
     ),
     # The HPD target: mpnet teacher, MiniLM-L6 student, 128-d, 200k Wikipedia sentences.
     "hpd-mpnet": TrainConfig(

@@ -1,0 +1,98 @@
+"""Export a whole sentence-transformers pipeline as one ONNX graph.
+
+Transformer -> Pooling (mean or cls) -> Dense* -> Normalize? run inside the graph, with dynamic
+batch and sequence axes and one output, ``sentence_embedding``. sentence-transformers' own ONNX
+export stops at the token embeddings (its issue #3258); serving then re-implements pooling.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from distilembed.errors import UserError
+
+log = logging.getLogger(__name__)
+OPSET = 17
+OUTPUT = "sentence_embedding"
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    dim: int
+    max_seq_len: int
+    pooling: str
+    normalized: bool
+    input_names: tuple[str, ...]
+
+
+class SentenceEmbeddingGraph(nn.Module):
+    """Token ids -> pooled, projected, optionally normalised sentence embedding."""
+
+    def __init__(self, auto_model: nn.Module, pooling: str, dense: list[nn.Module], normalize: bool) -> None:
+        super().__init__()
+        self.auto_model, self.pooling, self.normalize = auto_model, pooling, normalize
+        self.dense = nn.ModuleList(dense)
+        self.uses_token_types = "token_type_ids" in inspect.signature(auto_model.forward).parameters
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        kwargs = {"token_type_ids": token_type_ids} if self.uses_token_types and token_type_ids is not None else {}
+        tokens = self.auto_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+        if self.pooling == "cls":
+            pooled = tokens[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
+            pooled = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        for layer in self.dense:
+            pooled = layer.activation_function(layer.linear(pooled))
+        if self.normalize:
+            pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
+        return pooled
+
+
+def build_graph(model: nn.Module) -> tuple[SentenceEmbeddingGraph, PipelineInfo]:
+    """Map a SentenceTransformer's modules onto one exportable module."""
+    modules = list(model)
+    kinds = [type(m).__name__ for m in modules]
+    if not kinds or kinds[0] != "Transformer" or "Pooling" not in kinds:
+        raise UserError(f"cannot export pipeline {kinds}: need Transformer -> Pooling [-> Dense] [-> Normalize]")
+    transformer, pooling = modules[0], modules[kinds.index("Pooling")]
+    mode = pooling.get_pooling_mode_str() if hasattr(pooling, "get_pooling_mode_str") else "mean"
+    if mode not in {"mean", "cls"}:
+        raise UserError(f"pooling mode {mode!r} is not supported for export (mean or cls)")
+    extra = [k for k in kinds[2:] if k not in {"Dense", "Normalize"}]
+    if extra:
+        raise UserError(f"cannot export modules {extra} after pooling")
+    dense = [m for m in modules if type(m).__name__ == "Dense"]
+    auto_model = transformer.auto_model
+    if hasattr(auto_model, "set_attn_implementation"):
+        auto_model.set_attn_implementation("eager")  # sdpa traces shape constants into the graph
+    else:
+        auto_model.config._attn_implementation = "eager"  # noqa: SLF001
+    graph = SentenceEmbeddingGraph(auto_model, mode, dense, normalize="Normalize" in kinds).eval()
+    dim = dense[-1].linear.out_features if dense else auto_model.config.hidden_size
+    names = ("input_ids", "attention_mask", "token_type_ids") if graph.uses_token_types else (
+        "input_ids", "attention_mask")
+    info = PipelineInfo(int(dim), int(transformer.max_seq_length), mode, "Normalize" in kinds, names)
+    return graph, info
+
+
+def export_onnx(model: nn.Module, path: Path) -> PipelineInfo:
+    """Write the fp32 graph of a SentenceTransformer to ``path``."""
+    graph, info = build_graph(model)
+    example = model.tokenize(["a short example sentence .", "and a second one , a bit longer than the first ."])
+    args = tuple(example[name] for name in info.input_names)
+    axes = {name: {0: "batch", 1: "sequence"} for name in info.input_names}
+    axes[OUTPUT] = {0: "batch"}
+    with torch.no_grad():
+        torch.onnx.export(graph.cpu(), args, str(path), input_names=list(info.input_names), output_names=[OUTPUT],
+                          dynamic_axes=axes, opset_version=OPSET, dynamo=False, do_constant_folding=True)
+    log.info("exported %s (%s, dim %d)", path, info.pooling, info.dim)
+    return info
