@@ -41,9 +41,14 @@ class SentenceEmbeddingGraph(nn.Module):
         self.uses_token_types = "token_type_ids" in inspect.signature(auto_model.forward).parameters
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        kwargs = {"token_type_ids": token_type_ids} if self.uses_token_types and token_type_ids is not None else {}
+        kwargs = {}
+        if self.uses_token_types and token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
         tokens = self.auto_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
         if self.pooling == "cls":
             pooled = tokens[:, 0]
@@ -57,14 +62,24 @@ class SentenceEmbeddingGraph(nn.Module):
         return pooled
 
 
+def _pooling_mode(pooling: nn.Module) -> str:
+    """The pooling mode across sentence-transformers versions (5.7 keeps it in ``pooling_mode``)."""
+    mode = getattr(pooling, "pooling_mode", None)
+    if mode is None and hasattr(pooling, "get_pooling_mode_str"):
+        mode = pooling.get_pooling_mode_str()
+    if not isinstance(mode, str):
+        raise UserError(f"cannot read the pooling mode of {type(pooling).__name__}")
+    return mode
+
+
 def build_graph(model: nn.Module) -> tuple[SentenceEmbeddingGraph, PipelineInfo]:
     """Map a SentenceTransformer's modules onto one exportable module."""
     modules = list(model)
     kinds = [type(m).__name__ for m in modules]
     if not kinds or kinds[0] != "Transformer" or "Pooling" not in kinds:
-        raise UserError(f"cannot export pipeline {kinds}: need Transformer -> Pooling [-> Dense] [-> Normalize]")
+        raise UserError(f"cannot export pipeline {kinds}: need Transformer, Pooling, [Dense], [Normalize]")
     transformer, pooling = modules[0], modules[kinds.index("Pooling")]
-    mode = pooling.get_pooling_mode_str() if hasattr(pooling, "get_pooling_mode_str") else "mean"
+    mode = _pooling_mode(pooling)
     if mode not in {"mean", "cls"}:
         raise UserError(f"pooling mode {mode!r} is not supported for export (mean or cls)")
     extra = [k for k in kinds[2:] if k not in {"Dense", "Normalize"}]
@@ -75,11 +90,14 @@ def build_graph(model: nn.Module) -> tuple[SentenceEmbeddingGraph, PipelineInfo]
     if hasattr(auto_model, "set_attn_implementation"):
         auto_model.set_attn_implementation("eager")  # sdpa traces shape constants into the graph
     else:
-        auto_model.config._attn_implementation = "eager"  # noqa: SLF001
+        auto_model.config._attn_implementation = "eager"
     graph = SentenceEmbeddingGraph(auto_model, mode, dense, normalize="Normalize" in kinds).eval()
     dim = dense[-1].linear.out_features if dense else auto_model.config.hidden_size
-    names = ("input_ids", "attention_mask", "token_type_ids") if graph.uses_token_types else (
-        "input_ids", "attention_mask")
+    names = (
+        ("input_ids", "attention_mask", "token_type_ids")
+        if graph.uses_token_types
+        else ("input_ids", "attention_mask")
+    )
     info = PipelineInfo(int(dim), int(transformer.max_seq_length), mode, "Normalize" in kinds, names)
     return graph, info
 
@@ -87,12 +105,21 @@ def build_graph(model: nn.Module) -> tuple[SentenceEmbeddingGraph, PipelineInfo]
 def export_onnx(model: nn.Module, path: Path) -> PipelineInfo:
     """Write the fp32 graph of a SentenceTransformer to ``path``."""
     graph, info = build_graph(model)
-    example = model.tokenize(["a short example sentence .", "and a second one , a bit longer than the first ."])
+    example = model.tokenize(["a short example sentence .", "and a second one , longer than the first ."])
     args = tuple(example[name] for name in info.input_names)
     axes = {name: {0: "batch", 1: "sequence"} for name in info.input_names}
     axes[OUTPUT] = {0: "batch"}
     with torch.no_grad():
-        torch.onnx.export(graph.cpu(), args, str(path), input_names=list(info.input_names), output_names=[OUTPUT],
-                          dynamic_axes=axes, opset_version=OPSET, dynamo=False, do_constant_folding=True)
+        torch.onnx.export(
+            graph.cpu(),
+            args,
+            str(path),
+            input_names=list(info.input_names),
+            output_names=[OUTPUT],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+            do_constant_folding=True,
+        )
     log.info("exported %s (%s, dim %d)", path, info.pooling, info.dim)
     return info
