@@ -63,11 +63,11 @@ def targets_command(
     """Encode a corpus with a teacher into the resumable on-disk target cache (no training)."""
     from distilembed.paths import resolve_data_path
     from training.data.text import read_sentences
-    from training.teacher_targets import teacher_targets
+    from training.teacher_targets import Teacher
     from training.trainer import resolve_device
 
     texts = read_sentences(resolve_data_path(corpus, data_dir), limit=n_sentences)
-    _, info = teacher_targets(teacher, texts, device=resolve_device(device), batch_size=batch_size)
+    _, info = Teacher(teacher, device=resolve_device(device), batch_size=batch_size).targets(texts)
     typer.echo(info)
 
 

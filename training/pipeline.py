@@ -24,9 +24,7 @@ from training.data.text import content_hash, read_sentences
 from training.evaluation import evaluate_pairs, evaluate_sts, sentence_transformer_encoder
 from training.losses.hpd import PCATargets, hpd_loss
 from training.student import build_student, count_parameters, projected_embeddings
-from training.target_cache import model_fingerprint
-from training.teacher_targets import teacher_targets
-from training.teachers import resolve_model
+from training.teacher_targets import Teacher
 from training.trainer import LoopConfig, Trainer, remove_workdir, resolve_device
 
 log = logging.getLogger(__name__)
@@ -74,7 +72,7 @@ def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
     ]
 
 
-def _teacher_reference(cfg: TrainConfig, pca: PCATargets, sts_dir: Path, device: str) -> dict[str, float]:
+def _teacher_reference(teacher: Teacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
     """The ceiling: the teacher's own STS-B dev/test Spearman, full-dim and after the PCA."""
     from training.evaluation import spearman_cosine
 
@@ -82,12 +80,12 @@ def _teacher_reference(cfg: TrainConfig, pca: PCATargets, sts_dir: Path, device:
     for split in ("dev", "test"):
         pairs = load_stsb_split(sts_dir, split)
         sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
-        emb, _ = teacher_targets(cfg.teacher, sentences, device=device, batch_size=cfg.teacher_batch_size)
+        emb, _ = teacher.targets(sentences)
         index = {s: i for i, s in enumerate(sentences)}
         full = np.asarray(emb, dtype=np.float32)
         reduced = pca.transform(full)
         gold = [p.score for p in pairs]
-        for name, vec in (("full", full), (f"pca{cfg.dim}", reduced)):
+        for name, vec in (("full", full), (f"pca{reduced.shape[1]}", reduced)):
             a = vec[[index[p.sentence1] for p in pairs]]
             b = vec[[index[p.sentence2] for p in pairs]]
             out[f"stsb_{split}_{name}"] = round(spearman_cosine(a, b, gold), 2)
@@ -113,17 +111,12 @@ def run_training(
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
         student = build_student(cfg.student, cfg.dim, cfg.layers, cfg.max_seq_len, device)
-        teacher_path = resolve_model(cfg.teacher)
+        teacher = Teacher(cfg.teacher, device=device, batch_size=cfg.teacher_batch_size)
     with clock.stage("augment"):
         extra_sets = _augmented(texts, cfg)
     with clock.stage("teacher_targets"):
-        base, base_info = teacher_targets(
-            cfg.teacher, texts, device=device, batch_size=cfg.teacher_batch_size
-        )
-        aug_targets = [
-            teacher_targets(cfg.teacher, s, device=device, batch_size=cfg.teacher_batch_size)[0]
-            for s in extra_sets
-        ]
+        base, base_info = teacher.targets(texts)
+        aug_targets = [teacher.targets(extra)[0] for extra in extra_sets]
     with clock.stage("pca"):
         pca = PCATargets.fit(np.asarray(base[: cfg.pca_sample], dtype=np.float32), cfg.dim, cfg.seed)
         all_texts = texts + [t for s in extra_sets for t in s]
@@ -132,7 +125,7 @@ def run_training(
         )
         np.savez(workdir / "pca.npz", mean=pca.mean, components=pca.components)
     with clock.stage("teacher_reference"):
-        reference = _teacher_reference(cfg, pca, sts_dir, device)
+        reference = _teacher_reference(teacher, pca, sts_dir)
         log.info("teacher reference: %s", reference)
 
     def batch_loss(indices: list[int]) -> torch.Tensor:
@@ -168,8 +161,8 @@ def run_training(
         "config": asdict(cfg),
         "teacher": {
             "name": cfg.teacher,
-            "path": teacher_path,
-            "fingerprint": model_fingerprint(teacher_path),
+            "path": teacher.path,
+            "fingerprint": teacher.fingerprint,
             "dim": int(base.shape[1]),
             "reference": reference,
         },

@@ -1,8 +1,10 @@
-"""Teacher embeddings for a corpus, through the on-disk target cache."""
+"""A teacher loaded once, whose embeddings of any corpus go through the on-disk target cache."""
 
 from __future__ import annotations
 
 import logging
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -10,39 +12,49 @@ from training.data.text import content_hash
 from training.target_cache import CacheKey, TargetCache, model_fingerprint
 from training.teachers import embedding_dimension, load_sentence_encoder, resolve_model
 
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
 log = logging.getLogger(__name__)
 
 
-def teacher_targets(
-    teacher: str,
-    texts: list[str],
-    *,
-    max_seq_len: int | None = None,
-    batch_size: int = 64,
-    device: str = "cpu",
-    chunk: int = 2048,
-) -> tuple[np.ndarray, dict[str, object]]:
-    """(n, d_teacher) float16 teacher embeddings, computed once and cached on disk."""
-    resolved = resolve_model(teacher)
-    model = load_sentence_encoder(resolved, device=device)
-    if max_seq_len:
-        model.max_seq_length = max_seq_len
-    key = CacheKey(model_fingerprint(resolved), content_hash(texts), int(model.max_seq_length))
-    dim = embedding_dimension(model)
-    cache = TargetCache(key, n=len(texts), dim=int(dim), chunk=chunk)
-    done_before = cache.done_rows()
+class Teacher:
+    """Resolves, loads (lazily, once) and fingerprints a teacher; caches its targets per corpus."""
 
-    def encode(rows: list[str]) -> np.ndarray:
-        return model.encode(rows, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+    def __init__(self, name: str, *, device: str = "cpu", batch_size: int = 64, chunk: int = 2048) -> None:
+        self.name, self.device, self.batch_size, self.chunk = name, device, batch_size, chunk
+        self.path = resolve_model(name)
 
-    targets = cache.fill(texts, encode, desc=f"teacher {teacher}")
-    info = {
-        "teacher": teacher,
-        "cache_dir": str(cache.dir),
-        "n": len(texts),
-        "dim": dim,
-        "reused_rows": done_before,
-        "encode_seconds": round(cache.seconds, 1),
-    }
-    log.info("teacher targets: %s", info)
-    return targets, info
+    @cached_property
+    def model(self) -> SentenceTransformer:
+        return load_sentence_encoder(self.path, device=self.device)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return model_fingerprint(self.path)
+
+    @property
+    def dim(self) -> int:
+        return embedding_dimension(self.model)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode(
+            texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+
+    def targets(self, texts: list[str]) -> tuple[np.ndarray, dict[str, object]]:
+        """(n, d_teacher) float16 embeddings of ``texts``, computed once and cached on disk."""
+        key = CacheKey(self.fingerprint, content_hash(texts), int(self.model.max_seq_length))
+        cache = TargetCache(key, n=len(texts), dim=self.dim, chunk=self.chunk)
+        reused = cache.done_rows()
+        targets = cache.fill(texts, self.encode, desc=f"teacher {self.name}")
+        info = {
+            "teacher": self.name,
+            "cache_dir": str(cache.dir),
+            "n": len(texts),
+            "dim": self.dim,
+            "reused_rows": reused,
+            "encode_seconds": round(cache.seconds, 1),
+        }
+        log.info("teacher targets: %s", info)
+        return targets, info
