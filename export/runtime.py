@@ -1,0 +1,126 @@
+"""The runtime encoder that ``index/`` and ``service/`` embed with: onnxruntime + tokenizers, no torch.
+
+A bundle is checked (manifest, file hashes) before anything is loaded; a corrupt or mismatched
+bundle is refused with one clear error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from distilembed.artifacts import read_manifest, sha256_file
+from distilembed.errors import UserError
+
+Variant = Literal["fp32", "int8"]
+MODEL_FILES: dict[str, str] = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
+TOKENIZER_FILE = "tokenizer.json"
+BUNDLE_KIND = "bundle"
+
+
+class BundleError(UserError):
+    """A bundle that is missing, corrupt, or not what its manifest says."""
+
+
+def verify_bundle(bundle: Path, files: Sequence[str]) -> dict[str, Any]:
+    """Read the manifest and check the sha256 of the named files against it."""
+    if not (bundle / "manifest.json").is_file():
+        raise BundleError(f"not a bundle (no manifest.json): {bundle}")
+    manifest = read_manifest(bundle)
+    if manifest.get("kind") != BUNDLE_KIND:
+        raise BundleError(f"{bundle} is a {manifest.get('kind')!r}, not a bundle")
+    for name in files:
+        expected = manifest.get("files", {}).get(name)
+        path = bundle / name
+        if expected is None or not path.is_file():
+            raise BundleError(f"bundle {bundle} lacks {name}")
+        if sha256_file(path) != expected:
+            raise BundleError(f"bundle file {path} does not match its manifest hash (corrupt or tampered)")
+    return manifest
+
+
+@dataclass(frozen=True)
+class Batch:
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    order: np.ndarray
+
+
+class Encoder:
+    """Embed texts with an exported bundle: float32, L2-normalised rows, in input order."""
+
+    def __init__(
+        self,
+        bundle: str | Path,
+        variant: Variant = "int8",
+        threads: int | None = None,
+        batch_size: int = 32,
+        verify: bool = True,
+    ) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.bundle = Path(bundle)
+        if variant not in MODEL_FILES:
+            raise BundleError(f"unknown variant {variant!r} (fp32 or int8)")
+        files = [MODEL_FILES[variant], TOKENIZER_FILE]
+        self.manifest = verify_bundle(self.bundle, files) if verify else read_manifest(self.bundle)
+        self.variant, self.batch_size = variant, batch_size
+        self.dim = int(self.manifest["dim"])
+        self.max_seq_len = int(self.manifest["max_seq_len"])
+        self.tokenizer = Tokenizer.from_file(str(self.bundle / TOKENIZER_FILE))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(self.max_seq_len)
+        self.pad_id = int(self.manifest.get("pad_token_id", 0))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or int(os.environ.get("DISTILEMBED_THREADS", "0")) or 0
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(
+            str(self.bundle / MODEL_FILES[variant]), options, providers=["CPUExecutionProvider"]
+        )
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text, truncated to max_seq_len (special tokens included)."""
+        return [enc.ids for enc in self.tokenizer.encode_batch(list(texts))]
+
+    def _batches(self, ids: list[list[int]], batch_size: int) -> list[Batch]:
+        """Length-sorted batches padded only to their own longest row."""
+        order = np.argsort([len(row) for row in ids], kind="stable")
+        out = []
+        for lo in range(0, len(order), batch_size):
+            idx = order[lo : lo + batch_size]
+            width = max(len(ids[i]) for i in idx)
+            input_ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                input_ids[row, : len(ids[i])] = ids[i]
+                mask[row, : len(ids[i])] = 1
+            out.append(Batch(input_ids, mask, idx))
+        return out
+
+    def run(self, batch: Batch) -> np.ndarray:
+        feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = np.zeros_like(batch.input_ids)
+        return self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
+
+    def encode_ids(self, ids: list[list[int]], batch_size: int | None = None) -> np.ndarray:
+        result = np.zeros((len(ids), self.dim), dtype=np.float32)
+        for batch in self._batches(ids, batch_size or self.batch_size):
+            result[batch.order] = self.run(batch)
+        norms = np.linalg.norm(result, axis=1, keepdims=True)
+        return result / np.maximum(norms, 1e-12)
+
+    def encode(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """(len(texts), dim) float32, L2-normalised; an empty list gives a (0, dim) array."""
+        if isinstance(texts, str):
+            raise TypeError("encode() takes a list of texts, not a single string")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.encode_ids(self.tokenize(texts), batch_size)

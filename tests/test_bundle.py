@@ -1,0 +1,99 @@
+"""export -> bundle -> runtime encoder, on a tiny randomly initialised model."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from export.bundle import ParityGate, build_bundle
+from export.runtime import BundleError, Encoder
+from tests.tiny_models import tiny_sentences
+from training.student import build_student
+
+LOOSE = ParityGate(fp32_min_cosine=0.9999, int8_mean_cosine=0.0)  # a random tiny model quantises badly
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_bert, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ckpt") / "student"
+    build_student(str(tiny_bert), dim=8, max_seq_len=16).save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bundle(checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundles") / "tiny"
+    build_bundle(checkpoint, out, parity_texts=tiny_sentences(20), gate=LOOSE)
+    return out
+
+
+def test_bundle_contents_and_manifest(bundle) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["kind"] == "bundle" and manifest["dim"] == 8 and manifest["max_seq_len"] == 16
+    assert set(manifest["files"]) == {"model.onnx", "model.int8.onnx", "tokenizer.json"}
+    assert manifest["parity"]["fp32_min_cosine"] >= 0.9999
+    assert manifest["pooling"] == "mean" and manifest["normalized"] is True
+
+
+def test_encoder_matches_pytorch_on_mixed_lengths(bundle, checkpoint) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    texts = [*tiny_sentences(9, seed=7), "a", "the man is playing the guitar in the park with a dog ."]
+    model = SentenceTransformer(str(checkpoint))
+    expected = model.encode(texts, convert_to_numpy=True)
+    got = Encoder(bundle, variant="fp32", batch_size=4).encode(texts)
+    assert got.dtype == np.float32 and got.shape == (len(texts), 8)
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_empty_input_gives_empty_array(bundle) -> None:
+    out = Encoder(bundle).encode([])
+    assert out.shape == (0, 8) and out.dtype == np.float32
+
+
+def test_overlong_text_is_truncated(bundle) -> None:
+    encoder = Encoder(bundle, variant="fp32")
+    long_text = " ".join(["guitar"] * 500)
+    assert len(encoder.tokenize([long_text])[0]) == 16
+    head = " ".join(["guitar"] * 14)  # 14 words + [CLS] + [SEP] = 16 tokens, the truncated form
+    np.testing.assert_allclose(encoder.encode([long_text]), encoder.encode([head]), atol=1e-6)
+
+
+def test_tampered_file_is_refused(bundle, tmp_path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    with open(copy / "model.int8.onnx", "r+b") as handle:
+        handle.seek(200)
+        byte = handle.read(1)
+        handle.seek(200)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(BundleError, match="does not match its manifest hash"):
+        Encoder(copy, variant="int8")
+    Encoder(copy, variant="fp32")  # the untouched variant still loads
+    (copy / "manifest.json").unlink()
+    with pytest.raises(BundleError, match="no manifest"):
+        Encoder(copy)
+
+
+def test_failed_gate_writes_nothing(checkpoint, tmp_path) -> None:
+    out = tmp_path / "strict"
+    with pytest.raises(BundleError, match="parity gate failed: int8 mean cosine"):
+        build_bundle(checkpoint, out, parity_texts=tiny_sentences(10), gate=ParityGate(int8_mean_cosine=1.01))
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".strict")]
+
+
+def test_runtime_encoder_imports_no_torch(bundle) -> None:
+    code = (
+        "import sys; from export.runtime import Encoder; "
+        f"e = Encoder({str(bundle)!r}); print(e.encode(['a dog .']).shape); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "(1, 8)" in result.stdout
