@@ -23,9 +23,11 @@ app = typer.Typer(
 
 
 def _register() -> None:
+    from export.cli import register as register_export
     from training.cli import register as register_training
 
     register_training(app)
+    register_export(app)
 
 
 def main() -> None:

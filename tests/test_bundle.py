@@ -97,3 +97,33 @@ def test_runtime_encoder_imports_no_torch(bundle) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "(1, 8)" in result.stdout
+
+
+def test_export_cli_writes_bundle_and_refuses_existing(checkpoint, tiny_data, tmp_path) -> None:
+    import os
+
+    out = tmp_path / "cli-bundle"
+    env = {**os.environ, "DISTILEMBED_DATA_DIR": str(tiny_data)}
+    args = [
+        sys.executable,
+        "-m",
+        "distilembed.cli",
+        "export",
+        "--model",
+        str(checkpoint),
+        "--out",
+        str(out),
+        "--int8-mean-cosine",
+        "0",
+        "--int8-max-sts-drop",
+        "100",
+    ]
+    first = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert first.returncode == 0, first.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {"stsb_test_pytorch", "stsb_test_fp32", "stsb_test_int8"} <= set(manifest["parity"])
+    assert manifest["parity"]["stsb_test_fp32"] == pytest.approx(
+        manifest["parity"]["stsb_test_pytorch"], abs=0.05
+    )
+    again = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert again.returncode == 2 and "output exists" in again.stderr and "Traceback" not in again.stderr

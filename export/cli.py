@@ -1,0 +1,50 @@
+"""Export-stage subcommand: ``distilembed export``. Heavy imports happen inside the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Opt = typer.Option
+
+
+def export_command(
+    model: Annotated[str, Opt("--model", help="Checkpoint folder (or packaged name / hub id) to export.")],
+    out: Annotated[Path, Opt("--out", help="Bundle directory to write.")],
+    sts_dir: Annotated[
+        str | None, Opt(help="STS data for the parity gate and STS-B figures (default: <data-dir>/sts).")
+    ] = None,
+    data_dir: Annotated[str | None, Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR")] = None,
+    fp32_min_cosine: Annotated[float, Opt(help="Gate: fp32 vs PyTorch, minimum cosine.")] = 0.9999,
+    int8_mean_cosine: Annotated[float, Opt(help="Gate: int8 vs PyTorch, mean cosine.")] = 0.99,
+    int8_max_sts_drop: Annotated[float, Opt(help="Gate: largest STS-B test drop of int8, points.")] = 0.5,
+    overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
+) -> None:
+    """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch."""
+    from distilembed.paths import resolve_data_path
+    from export.bundle import ParityGate, build_bundle
+    from training.data.sts import load_stsb_split
+    from training.evaluation import evaluate_pairs
+
+    if out.exists() and not overwrite:
+        from distilembed.errors import UserError
+
+        raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
+    pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
+    sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+    gate = ParityGate(fp32_min_cosine, int8_mean_cosine, int8_max_sts_drop)
+    manifest = build_bundle(
+        model,
+        out,
+        parity_texts=sentences,
+        sts_scores=lambda encode: evaluate_pairs(encode, pairs),
+        gate=gate,
+        overwrite=overwrite,
+    )
+    typer.echo(f"bundle {out}: dim {manifest['dim']}, parity {manifest['parity']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_command)
