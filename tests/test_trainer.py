@@ -75,3 +75,21 @@ def test_length_grouped_batches_cover_everything_once() -> None:
     assert batches != length_grouped_batches(lengths, 16, seed=6)
     spread = np.mean([np.ptp(lengths[b]) for b in batches if len(b) == 16])
     assert spread < 20  # sorted within mega-batches: little padding
+
+
+def test_frozen_embeddings_do_not_move(tiny_bert, tmp_path) -> None:
+    torch.manual_seed(0)
+    student = build_student(str(tiny_bert), dim=4, max_seq_len=24, freeze_embeddings=True)
+    words = student[0].auto_model.get_input_embeddings().weight
+    before = words.detach().clone()
+    dense_before = student[2].linear.weight.detach().clone()
+    texts = tiny_sentences(16)
+    targets = torch.randn(16, 4)
+
+    def batch_loss(idx):
+        return hpd_loss(projected_embeddings(student, [texts[i] for i in idx]), targets[idx])
+
+    cfg = LoopConfig(batch_size=8, lr=1e-2, epochs=1, eval_every=100, save_every=100, seed=0)
+    Trainer(student, batch_loss, lengths=np.array([len(t) for t in texts]), cfg=cfg, workdir=tmp_path).run()
+    assert torch.equal(words, before)
+    assert not torch.equal(student[2].linear.weight, dense_before)

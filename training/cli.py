@@ -23,6 +23,9 @@ def train_command(
     student: Annotated[str | None, Opt(help="Student init folder, packaged name or hub id.")] = None,
     layers: Annotated[int | None, Opt(help="Keep only K encoder layers of the student.")] = None,
     dim: Annotated[int | None, Opt(help="Output dimension of the learnable projection.")] = None,
+    freeze_embeddings: Annotated[
+        bool | None, Opt("--freeze-embeddings/--train-embeddings", help="Keep word embeddings fixed.")
+    ] = None,
     corpus: Annotated[str | None, Opt(help="Unlabeled corpus (.txt / .txt.gz).")] = None,
     n_sentences: Annotated[int | None, Opt(help="Use the first N sentences of the corpus.")] = None,
     pca_sample: Annotated[int | None, Opt(help="Sentences the teacher PCA is fitted on.")] = None,

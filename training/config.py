@@ -17,6 +17,7 @@ class TrainConfig:
     teacher: str = "all-mpnet-base-v2"
     student: str = "all-MiniLM-L6-v2"
     layers: int | None = None
+    freeze_embeddings: bool = False
     dim: int = 128
     corpus: str = "unlabeled/enwiki2015_1m_sentences.txt.gz"
     n_sentences: int = 200_000

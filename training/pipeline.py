@@ -110,7 +110,14 @@ def run_training(
         texts = read_sentences(corpus_path, limit=cfg.n_sentences)
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
-        student = build_student(cfg.student, cfg.dim, cfg.layers, cfg.max_seq_len, device)
+        student = build_student(
+            cfg.student,
+            cfg.dim,
+            cfg.layers,
+            max_seq_len=cfg.max_seq_len,
+            device=device,
+            freeze_embeddings=cfg.freeze_embeddings,
+        )
         teacher = Teacher(cfg.teacher, device=device, batch_size=cfg.teacher_batch_size)
     with clock.stage("augment"):
         extra_sets = _augmented(texts, cfg)

@@ -55,8 +55,10 @@ def build_student(
     init: str = "all-MiniLM-L6-v2",
     dim: int = 128,
     layers: int | None = None,
+    *,
     max_seq_len: int = 128,
     device: str = "cpu",
+    freeze_embeddings: bool = False,
 ) -> SentenceTransformer:
     """Transformer(init, first-K-spread layers) -> mean Pooling -> Dense(hidden, dim) -> Normalize."""
     path = resolve_model(init)
@@ -76,6 +78,10 @@ def build_student(
     if layers is not None:
         total = len(_encoder_layers(transformer.auto_model))
         keep_layers(transformer.auto_model, spread_layers(total, layers))
+    if freeze_embeddings:
+        # The vocabulary x hidden matrix dominates a CPU step's optimiser work; keeping it fixed
+        # trades a little flexibility for speed.
+        transformer.auto_model.get_input_embeddings().weight.requires_grad_(False)
     pooling = models.Pooling(hidden, pooling_mode="mean")
     dense = models.Dense(hidden, dim, bias=True, activation_function=nn.Identity())
     nn.init.xavier_uniform_(dense.linear.weight)
