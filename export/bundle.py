@@ -79,14 +79,13 @@ def _quantize_dynamic(fp32: Path, out: Path) -> None:
     )
 
 
-def _parity(model: Any, tmp: Path, texts: list[str]) -> dict[str, float]:
+def _parity(model: Any, encoders: dict[str, Encoder], texts: list[str]) -> dict[str, float]:
     reference = model.encode(
         texts, convert_to_numpy=True, batch_size=32, normalize_embeddings=True, show_progress_bar=False
     )
     figures: dict[str, float] = {"parity_sentences": len(texts)}
-    for variant in ("fp32", "int8"):
-        got = Encoder(tmp, variant=variant, verify=False).encode(texts)
-        cos = cosines(got, reference)
+    for variant, encoder in encoders.items():
+        cos = cosines(encoder.encode(texts), reference)
         figures[f"{variant}_min_cosine"] = round(float(cos.min()), 6)
         figures[f"{variant}_mean_cosine"] = round(float(cos.mean()), 6)
     return figures
@@ -147,14 +146,14 @@ def build_bundle(
             tmp / "manifest.json",
             {"kind": BUNDLE_KIND, "dim": info.dim, "max_seq_len": info.max_seq_len, "pad_token_id": pad_id},
         )
-        figures = _parity(model, tmp, parity_texts)
+        encoders = {variant: Encoder(tmp, variant=variant, verify=False) for variant in ("fp32", "int8")}
+        figures = _parity(model, encoders, parity_texts)
         if sts_scores is not None:
             figures["stsb_test_pytorch"] = round(
                 sts_scores(lambda t: model.encode(t, batch_size=64, show_progress_bar=False)), 2
             )
-            for variant in ("fp32", "int8"):
-                enc = Encoder(tmp, variant=variant, verify=False)
-                figures[f"stsb_test_{variant}"] = round(sts_scores(enc.encode), 2)
+            for variant, encoder in encoders.items():
+                figures[f"stsb_test_{variant}"] = round(sts_scores(encoder.encode), 2)
         failures = _gate_failures(figures, gate)
         if failures:
             raise BundleError(f"parity gate failed: {'; '.join(failures)} (figures: {figures})")

@@ -74,21 +74,15 @@ def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
 
 def _teacher_reference(teacher: Teacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
     """The ceiling: the teacher's own STS-B dev/test Spearman, full-dim and after the PCA."""
-    from training.evaluation import spearman_cosine
-
     out: dict[str, float] = {}
     for split in ("dev", "test"):
         pairs = load_stsb_split(sts_dir, split)
         sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
-        emb, _ = teacher.targets(sentences)
-        index = {s: i for i, s in enumerate(sentences)}
-        full = np.asarray(emb, dtype=np.float32)
-        reduced = pca.transform(full)
-        gold = [p.score for p in pairs]
-        for name, vec in (("full", full), (f"pca{reduced.shape[1]}", reduced)):
-            a = vec[[index[p.sentence1] for p in pairs]]
-            b = vec[[index[p.sentence2] for p in pairs]]
-            out[f"stsb_{split}_{name}"] = round(spearman_cosine(a, b, gold), 2)
+        full = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
+        for name, vectors in (("full", full), (f"pca{len(pca.components)}", pca.transform(full))):
+            lookup = dict(zip(sentences, vectors, strict=True))
+            score = evaluate_pairs(lambda texts, table=lookup: np.stack([table[t] for t in texts]), pairs)
+            out[f"stsb_{split}_{name}"] = round(score, 2)
     return out
 
 
