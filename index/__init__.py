@@ -1,0 +1,1 @@
+"""Corpus indexing: a Faiss index of bundle embeddings beside a SQLite document store. No torch."""

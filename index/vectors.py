@@ -1,0 +1,102 @@
+"""Faiss wrapper: inner product on L2-normalised vectors, IVF (nlist 1024 by default) with stable
+int64 ids, nprobe applied at load and per query (Faiss saves nprobe as 1)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+log = logging.getLogger(__name__)
+MIN_POINTS_PER_LIST = 39  # Faiss warns below this many training points per centroid
+FLAT_BELOW = 10_000  # under this many vectors exact search is fast and IVF only loses recall
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    kind: str  # "ivf" | "flat"
+    nlist: int
+    reason: str
+
+
+def plan_index(n: int, nlist: int = 1024, flat_below: int = FLAT_BELOW) -> IndexPlan:
+    """IVF with the requested nlist if the corpus can train it, else a smaller nlist or flat."""
+    if n < flat_below:
+        return IndexPlan("flat", 0, f"{n} vectors < {flat_below}: exact search")
+    fitted = min(nlist, n // MIN_POINTS_PER_LIST)
+    if fitted < nlist:
+        return IndexPlan(
+            "ivf", fitted, f"nlist lowered {nlist} -> {fitted} to keep >= {MIN_POINTS_PER_LIST} points/list"
+        )
+    return IndexPlan("ivf", nlist, "as requested")
+
+
+def build_index(
+    vectors: np.ndarray, plan: IndexPlan, seed: int = 0, train_size: int | None = None
+) -> faiss.Index:
+    """An empty, trained index (IVF trained on a random sample of ``vectors``)."""
+    dim = vectors.shape[1]
+    if plan.kind == "flat":
+        return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+    quantizer = faiss.IndexFlatIP(dim)
+    index = faiss.IndexIVFFlat(quantizer, dim, plan.nlist, faiss.METRIC_INNER_PRODUCT)
+    size = min(len(vectors), train_size or 64 * plan.nlist)
+    sample = np.random.default_rng(seed).choice(len(vectors), size=size, replace=False)
+    index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
+    return index
+
+
+def add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, slice_size: int = 65_536) -> None:
+    for lo in range(0, len(ids), slice_size):
+        index.add_with_ids(
+            np.ascontiguousarray(vectors[lo : lo + slice_size], dtype=np.float32),
+            np.ascontiguousarray(ids[lo : lo + slice_size], dtype=np.int64),
+        )
+
+
+def remove(index: faiss.Index, ids: list[int]) -> int:
+    if not ids:
+        return 0
+    return int(index.remove_ids(np.asarray(ids, dtype=np.int64)))
+
+
+def set_nprobe(index: faiss.Index, nprobe: int) -> None:
+    try:
+        faiss.extract_index_ivf(index).nprobe = nprobe
+    except RuntimeError:  # flat index: nothing to probe
+        return
+
+
+def search(
+    index: faiss.Index, queries: np.ndarray, k: int, nprobe: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, ids), each (n_queries, k); missing neighbours have id -1."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if nprobe is not None and isinstance(index, faiss.IndexIVF):
+        return index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
+    return index.search(queries, k)
+
+
+def save_index(index: faiss.Index, path: Path) -> None:
+    """Write to a temp file beside ``path``, fsync, rename: a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        faiss.write_index(index, tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_index(path: Path, nprobe: int) -> faiss.Index:
+    index = faiss.read_index(str(path))
+    set_nprobe(index, nprobe)
+    return index
