@@ -24,10 +24,12 @@ app = typer.Typer(
 
 def _register() -> None:
     from export.cli import register as register_export
+    from index.cli import register as register_index
     from training.cli import register as register_training
 
     register_training(app)
     register_export(app)
+    register_index(app)
 
 
 def main() -> None:

@@ -52,3 +52,16 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "sts" / "stsbenchmark" / "sts-test.csv").is_file():
         pytest.skip("shared data not available")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_bert, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An exported bundle of a tiny random student (int8 gate relaxed: random weights quantise badly)."""
+    from export.bundle import ParityGate, build_bundle
+    from training.student import build_student
+
+    checkpoint = tmp_path_factory.mktemp("ckpt") / "student"
+    build_student(str(tiny_bert), dim=8, max_seq_len=16).save(str(checkpoint))
+    out = tmp_path_factory.mktemp("bundles") / "tiny"
+    build_bundle(checkpoint, out, parity_texts=tiny_sentences(20), gate=ParityGate(int8_mean_cosine=0.0))
+    return out
