@@ -101,10 +101,10 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to rebuild it)")
     start = time.perf_counter()
+    docs, stats, duplicates = _read_corpus(spec)  # validate the corpus before loading a model
+    corpus_sha = sha256_file(spec.path)
     encoder = Encoder(cfg.bundle, variant=cfg.variant, threads=cfg.threads)  # type: ignore[arg-type]
     bundle_sha = sha256_file(Path(cfg.bundle) / "manifest.json")
-    corpus_sha = sha256_file(spec.path) if spec.path.is_file() else ""
-    docs, stats, duplicates = _read_corpus(spec)
     work = out.with_name(out.name + ".partial")
     _check_resume(
         work,

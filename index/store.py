@@ -67,15 +67,17 @@ class DocumentStore:
             raise
         return [existing[doc.id] for doc in docs], replaced
 
-    def int_ids(self, ext_ids: Iterable[str]) -> dict[str, int]:
-        ids = list(ext_ids)
-        out: dict[str, int] = {}
-        for lo in range(0, len(ids), 500):
-            chunk = ids[lo : lo + 500]
+    def _select_in(self, columns: str, key: str, values: Sequence[object]) -> list[tuple]:
+        """``SELECT columns FROM docs WHERE key IN values``, in chunks under SQLite's variable limit."""
+        rows: list[tuple] = []
+        for lo in range(0, len(values), 500):
+            chunk = list(values[lo : lo + 500])
             marks = ",".join("?" * len(chunk))
-            rows = self.db.execute(f"SELECT ext_id, int_id FROM docs WHERE ext_id IN ({marks})", chunk)
-            out.update({ext: int(i) for ext, i in rows})
-        return out
+            rows += self.db.execute(f"SELECT {columns} FROM docs WHERE {key} IN ({marks})", chunk).fetchall()
+        return rows
+
+    def int_ids(self, ext_ids: Iterable[str]) -> dict[str, int]:
+        return {ext: int(i) for ext, i in self._select_in("ext_id, int_id", "ext_id", list(ext_ids))}
 
     def get(self, ext_id: str) -> Document | None:
         row = self.db.execute(
@@ -84,17 +86,8 @@ class DocumentStore:
         return Document(row[0], row[1], json.loads(row[2])) if row else None
 
     def get_many(self, int_ids: Sequence[int]) -> dict[int, Document]:
-        out: dict[int, Document] = {}
-        ids = [int(i) for i in int_ids]
-        for lo in range(0, len(ids), 500):
-            chunk = ids[lo : lo + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self.db.execute(
-                f"SELECT int_id, ext_id, text, metadata FROM docs WHERE int_id IN ({marks})",
-                chunk,
-            )
-            out.update({int(r[0]): Document(r[1], r[2], json.loads(r[3])) for r in rows})
-        return out
+        rows = self._select_in("int_id, ext_id, text, metadata", "int_id", [int(i) for i in int_ids])
+        return {int(r[0]): Document(r[1], r[2], json.loads(r[3])) for r in rows}
 
     def delete(self, ext_id: str) -> int | None:
         """Remove a document; return its int id (to remove its vector) or None if unknown."""
