@@ -28,11 +28,11 @@ from distilembed.artifacts import (
 from distilembed.errors import UserError
 from export.runtime import Encoder
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
+from index.live import INDEX_FILE, STORE_FILE
 from index.store import Document, DocumentStore
 from index.vectors import add, build_index, plan_index, save_index
 
 log = logging.getLogger(__name__)
-INDEX_FILE, STORE_FILE = "vectors.faiss", "docs.sqlite"
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class BuildConfig:
     threads: int | None = None
 
 
-def _read_corpus(spec: CorpusSpec) -> tuple[list[Document], CorpusStats, int]:
+def read_corpus(spec: CorpusSpec) -> tuple[list[Document], CorpusStats, int]:
     stats, docs, duplicates = CorpusStats(), {}, 0
     for doc in iter_documents(spec, stats):
         duplicates += doc.id in docs
@@ -101,7 +101,7 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to rebuild it)")
     start = time.perf_counter()
-    docs, stats, duplicates = _read_corpus(spec)  # validate the corpus before loading a model
+    docs, stats, duplicates = read_corpus(spec)  # validate the corpus before loading a model
     corpus_sha = sha256_file(spec.path)
     encoder = Encoder(cfg.bundle, variant=cfg.variant, threads=cfg.threads)  # type: ignore[arg-type]
     bundle_sha = sha256_file(Path(cfg.bundle) / "manifest.json")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -39,6 +39,19 @@ def build_command(
     typer.echo(json.dumps({k: manifest[k] for k in keys} | {"skipped": manifest["corpus"]["skipped"]}))
 
 
+def _encoder_for(index_dir: Path, bundle: Path | None) -> tuple[Any, Any]:
+    """The index opened for writing/search and the encoder of the bundle it was built with."""
+    from distilembed.artifacts import read_manifest, sha256_file
+    from export.runtime import Encoder
+    from index.live import open_for_bundle
+
+    meta = read_manifest(index_dir)["bundle"] if (index_dir / "manifest.json").is_file() else {}
+    bundle_dir = bundle or Path(meta.get("path", ""))
+    encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
+    live = open_for_bundle(index_dir, encoder.dim, sha256_file(bundle_dir / "manifest.json"))
+    return live, encoder
+
+
 @app.command("search")
 def search_command(
     index: Annotated[Path, Opt(help="Index directory.")],
@@ -50,26 +63,61 @@ def search_command(
     ] = None,
 ) -> None:
     """Top-k documents for a query."""
-    from export.runtime import Encoder
-    from index.reader import IndexReader
-
-    reader = IndexReader(index, nprobe)
-    meta = reader.manifest["bundle"]
-    encoder = Encoder(bundle or meta["path"], variant=meta.get("variant", "int8"))
-    if encoder.dim != reader.dim:
-        from distilembed.errors import UserError
-
-        raise UserError(f"bundle gives {encoder.dim}-d vectors, the index holds {reader.dim}-d")
-    for rank, hit in enumerate(reader.search(encoder.encode([query]), k)[0], 1):
+    live, encoder = _encoder_for(index, bundle)
+    for rank, hit in enumerate(live.search(encoder.encode([query]), k, nprobe)[0], 1):
         typer.echo(f"{rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")
+
+
+@app.command("add")
+def add_command(
+    index: Annotated[Path, Opt(help="Index directory to update in place.")],
+    corpus: Annotated[Path, Opt(help="Documents to add or replace: .txt, .jsonl, .csv or .tsv.")],
+    id_column: Annotated[str, Opt(help="Id column (jsonl/csv/tsv).")] = "id",
+    text_column: Annotated[str, Opt(help="Text column (jsonl/csv/tsv).")] = "text",
+    metadata_column: Annotated[list[str] | None, Opt(help="Metadata column to keep (repeatable).")] = None,
+    bundle: Annotated[Path | None, Opt(help="Bundle (default: the one the index was built with).")] = None,
+    batch: Annotated[int, Opt(help="Documents per durable write.")] = 4096,
+) -> None:
+    """Add or replace documents in an existing index without retraining it (durable per batch)."""
+    from tqdm.auto import tqdm
+
+    from index.build import read_corpus
+    from index.corpus import CorpusSpec
+
+    docs, _, _ = read_corpus(CorpusSpec(corpus, id_column, text_column, tuple(metadata_column or ())))
+    live, encoder = _encoder_for(index, bundle)
+    added = replaced = 0
+    with tqdm(total=len(docs), desc="add", unit="doc") as bar:
+        for lo in range(0, len(docs), batch):
+            chunk = docs[lo : lo + batch]
+            a, r = live.upsert(chunk, encoder.encode([d.text for d in chunk]))
+            added, replaced = added + a, replaced + r
+            bar.update(len(chunk))
+    live.close()
+    typer.echo(json.dumps({"added": added, "replaced": replaced, "ntotal": live.ntotal}))
+
+
+@app.command("delete")
+def delete_command(
+    index: Annotated[Path, Opt(help="Index directory to update in place.")],
+    ids: Annotated[list[str], typer.Argument(help="Document ids to delete.")],
+) -> None:
+    """Delete documents by id (durable on return)."""
+    from index.live import LiveIndex
+
+    live = LiveIndex(index)
+    gone = live.delete(ids)
+    live.close()
+    typer.echo(json.dumps({"deleted": gone, "missing": sorted(set(ids) - set(gone)), "ntotal": live.ntotal}))
 
 
 @app.command("info")
 def info_command(index: Annotated[Path, typer.Argument(help="Index directory.")]) -> None:
     """Print an index's manifest."""
-    from index.reader import IndexReader
+    from index.live import LiveIndex
 
-    typer.echo(json.dumps(IndexReader(index).manifest, indent=2))
+    live = LiveIndex(index)
+    typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal}, indent=2))
 
 
 def register(root: typer.Typer) -> None:

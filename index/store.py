@@ -9,12 +9,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
     int_id   INTEGER PRIMARY KEY,
     ext_id   TEXT    NOT NULL UNIQUE,
     text     TEXT    NOT NULL,
     metadata TEXT    NOT NULL DEFAULT '{}'
+);
+-- Vector changes not yet folded into the Faiss file: replayed in seq order when an index is
+-- opened, deleted once a checkpoint has saved them. A NULL vector is a delete.
+CREATE TABLE IF NOT EXISTS changes (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    int_id INTEGER NOT NULL,
+    vector BLOB
 );
 """
 
@@ -39,13 +48,17 @@ class DocumentStore:
     def close(self) -> None:
         self.db.close()
 
-    def upsert(self, docs: Sequence[Document]) -> tuple[list[int], list[int]]:
+    def upsert(
+        self, docs: Sequence[Document], vectors: np.ndarray | None = None
+    ) -> tuple[list[int], list[int]]:
         """Insert or replace by external id; return (int ids in input order, int ids that were replaced).
 
         A replaced document keeps its int id, so the vector index replaces it in place. Within one
-        batch the last occurrence of an id wins.
+        batch the last occurrence of an id wins. With ``vectors`` (one row per doc) the vector
+        changes are logged in the same transaction, so a committed upsert survives a crash whole.
         """
         last = {doc.id: doc for doc in docs}
+        rows = {doc.id: i for i, doc in enumerate(docs)}  # the last row of each id
         existing = self.int_ids(last)
         replaced = sorted(existing.values())
         self.db.execute("BEGIN IMMEDIATE")
@@ -61,6 +74,11 @@ class DocumentStore:
                         "INSERT INTO docs (ext_id, text, metadata) VALUES (?, ?, ?)", (doc.id, doc.text, meta)
                     )
                     existing[doc.id] = int(cur.lastrowid)
+                if vectors is not None:
+                    blob = np.ascontiguousarray(vectors[rows[doc.id]], dtype="<f4").tobytes()
+                    self.db.execute(
+                        "INSERT INTO changes (int_id, vector) VALUES (?, ?)", (existing[doc.id], blob)
+                    )
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -93,6 +111,38 @@ class DocumentStore:
         """Remove a document; return its int id (to remove its vector) or None if unknown."""
         row = self.db.execute("DELETE FROM docs WHERE ext_id = ? RETURNING int_id", (ext_id,)).fetchone()
         return int(row[0]) if row else None
+
+    def delete_logged(self, ext_ids: Sequence[str]) -> dict[str, int]:
+        """Delete documents and log their vector removals in one transaction; return {ext id: int id}."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            gone: dict[str, int] = {}
+            for ext in dict.fromkeys(ext_ids):
+                row = self.db.execute("DELETE FROM docs WHERE ext_id = ? RETURNING int_id", (ext,)).fetchone()
+                if row:
+                    gone[ext] = int(row[0])
+                    self.db.execute("INSERT INTO changes (int_id, vector) VALUES (?, NULL)", (gone[ext],))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return gone
+
+    def changes(self) -> list[tuple[int, int, bytes | None]]:
+        """Logged vector changes (seq, int id, float32 bytes or None for a delete), oldest first."""
+        return self.db.execute("SELECT seq, int_id, vector FROM changes ORDER BY seq").fetchall()
+
+    def drop_changes(self, up_to_seq: int) -> None:
+        self.db.execute("DELETE FROM changes WHERE seq <= ?", (up_to_seq,))
+
+    def ids_where(self, where: dict[str, Any]) -> list[int]:
+        """Int ids of documents whose metadata has every key equal to the given value."""
+        clauses, params = [], []
+        for key, value in where.items():
+            clauses.append("json_extract(metadata, ?) IS ?")
+            params += [f'$."{key}"', value]
+        sql = "SELECT int_id FROM docs WHERE " + " AND ".join(clauses)
+        return [int(r[0]) for r in self.db.execute(sql, params).fetchall()]
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM docs").fetchone()[0])

@@ -12,7 +12,7 @@ from distilembed.errors import UserError
 from export.runtime import Encoder
 from index.build import BuildConfig, build
 from index.corpus import CorpusSpec
-from index.reader import IndexReader
+from index.live import LiveIndex as IndexReader
 from tests.tiny_models import tiny_sentences
 
 

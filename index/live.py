@@ -1,0 +1,176 @@
+"""An index directory opened for search and incremental writes (the service's view of an index).
+
+Writes are durable when they return: the document rows and their vector changes are committed to
+SQLite in one transaction (WAL, synchronous=FULL) before the in-memory Faiss index is touched. The
+Faiss file is a snapshot; opening an index replays the logged changes on top of it, and a
+checkpoint writes a new snapshot (temp file, fsync, rename) and then drops the replayed log rows.
+Replay is idempotent (an upsert removes the id before adding it), so a crash between those two
+steps only replays changes that are already in the snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from distilembed.artifacts import read_manifest
+from distilembed.errors import UserError
+from index.store import Document, DocumentStore
+from index.vectors import add, load_index, remove, save_index, search
+
+log = logging.getLogger(__name__)
+INDEX_FILE, STORE_FILE = "vectors.faiss", "docs.sqlite"
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+    text: str
+    metadata: dict[str, Any]
+
+
+class LiveIndex:
+    """Search, get, upsert and delete on a built index directory; thread-safe."""
+
+    def __init__(
+        self, directory: str | Path, nprobe: int | None = None, checkpoint_every: int = 10_000
+    ) -> None:
+        self.dir = Path(directory)
+        if not (self.dir / "manifest.json").is_file():
+            raise UserError(f"not an index directory (no manifest.json): {self.dir}")
+        self.manifest = read_manifest(self.dir)
+        if self.manifest.get("kind") != "index":
+            raise UserError(f"{self.dir} is a {self.manifest.get('kind')!r}, not an index")
+        self.dim = int(self.manifest["dim"])
+        self.kind = str(self.manifest.get("index_type", "ivf"))
+        self.nlist = int(self.manifest.get("nlist", 0))
+        self.nprobe = nprobe or int(self.manifest["nprobe"])
+        self.checkpoint_every = checkpoint_every
+        self._lock = threading.RLock()
+        self.index = load_index(self.dir / INDEX_FILE, self.nprobe)
+        self.store = DocumentStore(self.dir / STORE_FILE)
+        self._pending = self._replay()
+        if self._pending:
+            log.info("%s: replayed %d logged vector changes", self.dir, self._pending)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def _replay(self) -> int:
+        changes = self.store.changes()
+        for _, int_id, blob in changes:
+            remove(self.index, [int_id])
+            if blob is not None:
+                add(self.index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
+        return len(changes)
+
+    def check_vectors(self, vectors: np.ndarray, rows: int | None = None) -> np.ndarray:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim or (rows is not None and len(vectors) != rows):
+            raise UserError(f"vectors have shape {vectors.shape}, the index holds {self.dim}-d vectors")
+        return vectors
+
+    def search(
+        self, queries: np.ndarray, k: int = 10, nprobe: int | None = None, where: dict[str, Any] | None = None
+    ) -> list[list[Hit]]:
+        """Top-k hits per query row; ``where`` keeps documents whose metadata equals every given value."""
+        queries = self.check_vectors(queries)
+        with self._lock:
+            if where:
+                allowed = self.store.ids_where(where)
+                if not allowed:
+                    return [[] for _ in queries]
+                scores, ids = self._search_subset(queries, k, nprobe or self.nprobe, allowed)
+            else:
+                scores, ids = search(self.index, queries, k, nprobe or self.nprobe)
+            docs = self.store.get_many([int(i) for i in ids.ravel() if i >= 0])
+        return [
+            [
+                Hit(docs[i].id, float(s), docs[i].text, docs[i].metadata)
+                for s, i in zip(row_s, row_i, strict=True)
+                if i >= 0 and i in docs
+            ]
+            for row_s, row_i in zip(scores, ids, strict=True)
+        ]
+
+    def _search_subset(
+        self, queries: np.ndarray, k: int, nprobe: int, allowed: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        selector = faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
+        if isinstance(self.index, faiss.IndexIVF):
+            params: faiss.SearchParameters = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+        else:
+            params = faiss.SearchParameters(sel=selector)
+        return self.index.search(np.ascontiguousarray(queries), k, params=params)
+
+    def get(self, ext_id: str) -> Document | None:
+        with self._lock:
+            return self.store.get(ext_id)
+
+    def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]:
+        """Insert or replace documents with their vectors; durable on return. Returns (added, replaced)."""
+        vectors = self.check_vectors(vectors, rows=len(docs))
+        with self._lock:
+            ids, replaced = self.store.upsert(docs, vectors)
+            last = {int_id: row for row, int_id in enumerate(ids)}  # last occurrence wins
+            int_ids = np.fromiter(last, dtype=np.int64, count=len(last))
+            remove(self.index, replaced)
+            add(self.index, vectors[list(last.values())], int_ids)
+            self._note_changes(len(last))
+        return len(last) - len(replaced), len(replaced)
+
+    def delete(self, ext_ids: Sequence[str]) -> list[str]:
+        """Delete documents; durable on return. Returns the ids that existed."""
+        with self._lock:
+            gone = self.store.delete_logged(ext_ids)
+            remove(self.index, list(gone.values()))
+            self._note_changes(len(gone))
+        return list(gone)
+
+    def _note_changes(self, n: int) -> None:
+        self._pending += n
+        if self._pending >= self.checkpoint_every:
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the in-memory index as the new snapshot, then drop the change log it covers."""
+        with self._lock:
+            changes = self.store.changes()
+            if not changes:
+                return
+            save_index(self.index, self.dir / INDEX_FILE)
+            self.store.drop_changes(changes[-1][0])
+            self._pending = 0
+
+    def close(self) -> None:
+        with self._lock:
+            self.checkpoint()
+            self.store.close()
+
+
+def open_for_bundle(
+    directory: str | Path, dim: int, bundle_sha256: str | None = None, nprobe: int | None = None
+) -> LiveIndex:
+    """Open an index for a bundle's encoder (``bundle_sha256``: sha256 of its manifest.json).
+
+    Vectors of two different models live in unrelated spaces even at the same dimension, so a
+    bundle other than the one the index was built with is an error, not a warning.
+    """
+    index = LiveIndex(directory, nprobe)
+    built_with = index.manifest.get("bundle", {}).get("manifest_sha256")
+    if dim != index.dim:
+        index.store.close()
+        raise UserError(f"the bundle gives {dim}-d vectors but {directory} holds {index.dim}-d vectors")
+    if bundle_sha256 and built_with and bundle_sha256 != built_with:
+        index.store.close()
+        raise UserError(f"{directory} was built with another bundle (manifest sha256 {built_with[:12]}...)")
+    return index
