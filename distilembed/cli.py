@@ -25,11 +25,13 @@ app = typer.Typer(
 def _register() -> None:
     from export.cli import register as register_export
     from index.cli import register as register_index
+    from service.cli import register as register_service
     from training.cli import register as register_training
 
     register_training(app)
     register_export(app)
     register_index(app)
+    register_service(app)
 
 
 def main() -> None:

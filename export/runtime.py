@@ -78,7 +78,7 @@ class Encoder:
         self.tokenizer.enable_truncation(self.max_seq_len)
         self.pad_id = int(self.manifest.get("pad_token_id", 0))
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or int(os.environ.get("DISTILEMBED_THREADS", "0")) or 0
+        options.intra_op_num_threads = threads or int(os.environ.get("DISTILEMBED_THREADS") or 0)
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(
             str(self.bundle / MODEL_FILES[variant]), options, providers=["CPUExecutionProvider"]

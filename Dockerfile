@@ -1,0 +1,45 @@
+# distilembed serving image: FastAPI + onnxruntime + tokenizers + faiss-cpu, no torch.
+#   docker build -t distilembed .                      (or: podman build -t distilembed .)
+#   docker run --rm -p 8080:8080 distilembed           answers as soon as it is up: models/default is inside
+ARG BASE_IMAGE=python:3.11-slim
+
+FROM ${BASE_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+# Dependencies first (a layer that survives code edits), then the project itself.
+COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+open('/tmp/requirements.txt', 'w').write('\n'.join(deps['dependencies'] + deps['optional-dependencies']['serve']))" \
+    && pip install -r /tmp/requirements.txt
+COPY distilembed ./distilembed
+COPY export ./export
+COPY index ./index
+COPY service ./service
+COPY training ./training
+RUN pip install --no-deps . \
+    && python -c "import importlib.util as u, sys; heavy = [m for m in ('torch', 'transformers') if u.find_spec(m)]; sys.exit(f'unexpected in the serving image: {heavy}' if heavy else 0)"
+
+FROM ${BASE_IMAGE} AS runtime
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    DISTILEMBED_HOST=0.0.0.0 \
+    DISTILEMBED_PORT=8080 \
+    DISTILEMBED_BUNDLE=/opt/distilembed/models/default
+RUN groupadd --system --gid 10001 distilembed \
+    && useradd --system --uid 10001 --gid distilembed --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin distilembed \
+    && mkdir -p /data \
+    && chown distilembed:distilembed /data
+COPY --from=build /opt/venv /opt/venv
+COPY models/default /opt/distilembed/models/default
+WORKDIR /data
+USER 10001:10001
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=3s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('DISTILEMBED_PORT', '8080'), timeout=2)"]
+CMD ["distilembed", "serve"]

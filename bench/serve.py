@@ -1,0 +1,369 @@
+"""Serving benchmark: starts ``distilembed serve`` on 127.0.0.1 (a free port) and measures it over HTTP.
+
+Default run, every phase bounded by --requests and --duration:
+  * /v1/embeddings, one sentence per request: latency p50/p95/p99 at concurrency 1, 8 and 32;
+  * sentences/s at concurrency 32 with 16-sentence requests, against the in-process encoder on the
+    same texts (the serving overhead ratio);
+  * /search QPS at concurrency 8 (with --index);
+  * --infinity: infinity-emb serving all-MiniLM-L6-v2 ONNX int8 vs this server, requests/s with
+    8 clients sending one sentence each (skipped with a note when infinity_emb is not installed).
+--load: --duration seconds (default 120) at concurrency 32 mixing embed, search and upsert (on a
+temporary copy of --index), counting 5xx and the server's RSS at start and end.
+
+    python bench/serve.py --bundle models/default --requests 50 --duration 5        # smoke
+    python bench/serve.py --bundle models/default --index runs/index --name default
+    python bench/serve.py --bundle models/default --index runs/index --load --name default
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+Request = tuple[str, str, dict[str, Any] | None]  # method, path, json body
+
+
+def sts_sentences(path: Path) -> list[str]:
+    """Both sentences of every STS-B test row (tab separated, columns 6 and 7), first occurrence order."""
+    if not path.is_file():
+        sys.exit(f"STS-B test file not found: {path} (set DISTILEMBED_DATA_DIR or pass --sts-file)")
+    seen: dict[str, None] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cols = line.split("\t")
+        if len(cols) >= 7:
+            seen.update(dict.fromkeys(c.strip() for c in cols[5:7] if c.strip()))
+    return list(seen)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int | None:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+@contextlib.contextmanager
+def server(
+    cmd: list[str], ready_url: str, log_path: Path, timeout: float = 180
+) -> Iterator[subprocess.Popen]:
+    """Run a server subprocess until the block ends (SIGTERM, then kill); yield it once it is ready."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    tail = log_path.read_text()[-2000:]
+                    sys.exit(f"server exited with {proc.returncode}; log: {log_path}\n{tail}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(ready_url, timeout=2).status_code == 200:
+                        break
+                if time.monotonic() > deadline:
+                    sys.exit(f"server not ready after {timeout:.0f} s; log: {log_path}")
+                time.sleep(0.25)
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class Phase:
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # kind -> ms, successful requests
+    statuses: Counter = field(default_factory=Counter)
+    errors: int = 0  # transport errors (no HTTP answer)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> int:
+        return sum(len(v) for v in self.latencies.values())
+
+    def summary(self, items_per_request: int = 1) -> dict[str, Any]:
+        every = [x for v in self.latencies.values() for x in v]
+        pct = {f"p{q}_ms": round(float(np.percentile(every, q)), 2) for q in (50, 95, 99)} if every else {}
+        return {
+            "requests": sum(self.statuses.values()) + self.errors,
+            "ok": self.ok,
+            "rps": round(self.ok / self.seconds, 1) if self.seconds else 0.0,
+            "items_per_s": round(self.ok * items_per_request / self.seconds, 1) if self.seconds else 0.0,
+            **pct,
+            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
+            "transport_errors": self.errors,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+async def closed_loop(
+    base: str,
+    make: Callable[[int], tuple[str, Request]],
+    concurrency: int,
+    max_requests: int,
+    duration: float,
+) -> Phase:
+    """``concurrency`` clients, each sending its next request when the last one is answered."""
+    phase, counter = Phase(), iter(range(max_requests))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        deadline = time.perf_counter() + duration
+
+        async def worker() -> None:
+            for i in counter:
+                if time.perf_counter() > deadline:
+                    return
+                kind, (method, path, body) = make(i)
+                start = time.perf_counter()
+                try:
+                    response = await client.request(method, path, json=body)
+                except httpx.HTTPError:
+                    phase.errors += 1
+                    continue
+                phase.statuses[response.status_code] += 1
+                if response.status_code < 400:
+                    phase.latencies.setdefault(kind, []).append((time.perf_counter() - start) * 1000)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        phase.seconds = time.perf_counter() - start
+    return phase
+
+
+def run_phase(
+    base: str, make: Callable[[int], tuple[str, Request]], concurrency: int, args: argparse.Namespace
+) -> Phase:
+    return asyncio.run(closed_loop(base, make, concurrency, args.requests, args.duration))
+
+
+def embed_one(sentences: list[str], path: str = "/v1/embeddings", model: str | None = None) -> Callable:
+    def make(i: int) -> tuple[str, Request]:
+        body: dict[str, Any] = {"input": [sentences[i % len(sentences)]]}
+        if model:
+            body["model"] = model
+        return "embed", ("POST", path, body)
+
+    return make
+
+
+def in_process_rate(args: argparse.Namespace, texts: list[str]) -> float:
+    from export.runtime import Encoder
+
+    encoder = Encoder(args.bundle, variant=args.variant, threads=args.threads)
+    encoder.encode(texts[:64])  # warm-up
+    start = time.perf_counter()
+    encoder.encode(texts, batch_size=args.max_batch)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def serve_cmd(args: argparse.Namespace, port: int, index: Path | None) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "distilembed.cli",
+        "serve",
+        "--bundle",
+        str(args.bundle),
+        "--variant",
+        args.variant,
+    ]
+    cmd += [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--max-batch",
+        str(args.max_batch),
+    ]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if args.max_wait_ms is not None:
+        cmd += ["--max-wait-ms", str(args.max_wait_ms)]
+    return cmd + (["--index", str(index)] if index else [])
+
+
+def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, Any]) -> None:
+    n_texts = min(len(sentences), args.requests * 16)
+    results["in_process_sent_per_s"] = round(in_process_rate(args, sentences[:n_texts]), 1)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with server(serve_cmd(args, port, args.index), f"{base}/ready", args.log_dir / "serve.log"):
+        for c in args.concurrency:
+            results[f"embed_1_sentence_c{c}"] = run_phase(base, embed_one(sentences), c, args).summary()
+
+        def batch16(i: int) -> tuple[str, Request]:
+            lo = (i * 16) % max(1, n_texts - 16)
+            return "embed16", ("POST", "/v1/embeddings", {"input": sentences[lo : lo + 16]})
+
+        served = run_phase(base, batch16, 32, args).summary(items_per_request=16)
+        results["embed_16_sentences_c32"] = served
+        results["serving_overhead_ratio"] = round(
+            results["in_process_sent_per_s"] / max(served["items_per_s"], 1e-9), 2
+        )
+        if args.index:
+
+            def search(i: int) -> tuple[str, Request]:
+                return "search", ("POST", "/search", {"query": sentences[i % len(sentences)], "top_k": 10})
+
+            results["search_c8"] = run_phase(base, search, 8, args).summary()
+    if args.infinity:
+        results["infinity"] = infinity(args, sentences, results.get("embed_1_sentence_c8"))
+
+
+def infinity(args: argparse.Namespace, sentences: list[str], ours: dict | None) -> dict[str, Any]:
+    try:
+        import infinity_emb  # noqa: F401
+    except ImportError:
+        return {"skipped": "infinity_emb is not installed (pip install 'infinity-emb[optimum,server]')"}
+    exe = shutil.which("infinity_emb", path=str(Path(sys.executable).parent)) or shutil.which("infinity_emb")
+    if exe is None:
+        return {"skipped": "infinity_emb is importable but its CLI was not found"}
+    port = free_port()
+    cmd = [exe, "v2", "--model-id", args.infinity_model, "--engine", "optimum", "--device", "cpu"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--batch-size", str(args.max_batch)]
+    base = f"http://127.0.0.1:{port}"
+    with server(cmd, f"{base}/health", args.log_dir / "infinity.log"):
+        theirs = run_phase(base, embed_one(sentences, "/embeddings", args.infinity_model), 8, args).summary()
+    return {"model": args.infinity_model, "engine": "optimum (ONNX, quantized file preferred on CPU)",
+            "infinity_c8": theirs, "distilembed_c8": ours}  # fmt: skip
+
+
+def load(args: argparse.Namespace, sentences: list[str], results: dict[str, Any]) -> None:
+    """Mixed load on a temporary copy of the index (the benchmark's upserts never touch the original)."""
+    with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
+        index = None
+        if args.index:
+            index = Path(tmp) / "index"
+            shutil.copytree(args.index, index)
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        rng = random.Random(0)
+        with server(serve_cmd(args, port, index), f"{base}/ready", args.log_dir / "serve-load.log") as proc:
+            results["rss_start_bytes"] = rss_bytes(proc.pid)
+
+            def mixed(i: int) -> tuple[str, Request]:
+                roll, s = rng.random(), sentences[i % len(sentences)]
+                if index is not None and roll < 0.2:
+                    return "search", ("POST", "/search", {"query": s, "top_k": 10})
+                if index is not None and roll < 0.3:
+                    doc = {"id": f"bench-load-{i % 5000}", "text": s, "metadata": {"source": "bench"}}
+                    return "upsert", ("POST", "/documents", {"documents": [doc]})
+                n = rng.randint(1, 4)
+                return "embed", (
+                    "POST",
+                    "/v1/embeddings",
+                    {"input": sentences[i % len(sentences) :][:n] or [s]},
+                )
+
+            phase = asyncio.run(closed_loop(base, mixed, 32, 10**9, args.duration))
+            results["rss_end_bytes"] = rss_bytes(proc.pid)
+            metrics = httpx.get(f"{base}/metrics", timeout=10).text
+    results["load_c32"] = phase.summary() | {
+        "by_kind": {k: {"ok": len(v), "p50_ms": round(float(np.percentile(v, 50)), 2),
+                        "p99_ms": round(float(np.percentile(v, 99)), 2)} for k, v in phase.latencies.items()},
+        "5xx": sum(n for code, n in phase.statuses.items() if code >= 500),
+    }  # fmt: skip
+    for line in metrics.splitlines():
+        if line.startswith("distilembed_process_resident_memory_bytes "):
+            results["rss_end_metrics_bytes"] = float(line.split()[1])
+    start, end = results["rss_start_bytes"], results["rss_end_bytes"]
+    if start and end:
+        results["rss_growth_mb"] = round((end - start) / 2**20, 1)
+
+
+def report(results: dict[str, Any]) -> None:
+    table = Table(title=f"distilembed serving: {results['meta']['bundle']}")
+    for col in ("phase", "ok/requests", "req/s", "items/s", "p50 ms", "p95 ms", "p99 ms", "non-2xx"):
+        table.add_column(col, justify="left" if col == "phase" else "right")
+
+    def row(name: str, s: dict[str, Any]) -> None:
+        bad = sum(v for k, v in s["statuses"].items() if not k.startswith("2")) + s["transport_errors"]
+        cells = [f"{s['ok']}/{s['requests']}", f"{s['rps']}", f"{s['items_per_s']}"]
+        cells += [f"{s.get(k, '-')}" for k in ("p50_ms", "p95_ms", "p99_ms")] + [str(bad)]
+        table.add_row(name, *cells)
+
+    for key, value in results.items():
+        if isinstance(value, dict) and "statuses" in value:
+            row(key, value)
+        elif key == "infinity" and "infinity_c8" in value:
+            row("infinity c8", value["infinity_c8"])
+    Console(width=140).print(table)
+    extras = {k: v for k, v in results.items() if not isinstance(v, dict) or "skipped" in v}
+    Console().print(extras)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", type=Path, default=ROOT / "models" / "default")
+    parser.add_argument("--variant", default="int8")
+    parser.add_argument("--index", type=Path, help="index directory: adds /search (and upserts with --load)")
+    parser.add_argument("--name", help="results name (default: the bundle directory name)")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0: all cores)")
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-wait-ms", type=float)
+    parser.add_argument("--requests", type=int, default=2000, help="most requests per phase")
+    parser.add_argument("--duration", type=float, help="most seconds per phase (default 20; --load: 120)")
+    parser.add_argument("--concurrency", default="1,8,32", help="levels of the single-sentence latency phase")
+    parser.add_argument("--load", action="store_true", help="mixed-load stability run instead")
+    parser.add_argument("--infinity", action="store_true", help="also measure infinity-emb, if installed")
+    parser.add_argument("--infinity-model", default="sentence-transformers/all-MiniLM-L6-v2")
+    data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
+    parser.add_argument("--sts-file", type=Path, default=data / "sts" / "stsbenchmark" / "sts-test.csv")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    args = parser.parse_args()
+    args.duration = args.duration or (120.0 if args.load else 20.0)
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    name = args.name or args.bundle.resolve().name
+    args.log_dir = Path(tempfile.mkdtemp(prefix="bench-serve-logs-"))
+    sentences = sts_sentences(args.sts_file)
+    results: dict[str, Any] = {
+        "meta": {
+            "bundle": str(args.bundle), "variant": args.variant, "index": args.index and str(args.index),
+            "threads": args.threads, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
+            "requests_cap": args.requests, "duration_cap_s": args.duration, "sentences": len(sentences),
+            "cores": os.cpu_count(), "mode": "load" if args.load else "standard",
+        }
+    }  # fmt: skip
+    (load if args.load else standard)(args, sentences, results)
+    report(results)
+    out = args.out_dir / f"serve-{name}{'-load' if args.load else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out} (server logs in {args.log_dir})")
+
+
+if __name__ == "__main__":
+    main()

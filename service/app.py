@@ -1,0 +1,155 @@
+"""The FastAPI app factory. Imports no torch: onnxruntime, tokenizers and faiss only (the ``[serve]`` extra).
+
+Lifespan: load the bundle and the index (unless given), start the encoder worker, warm up, then
+``/ready`` turns true. On shutdown ``/ready`` turns false, queued work drains, the index closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from distilembed.artifacts import sha256_file, tool_versions
+from distilembed.errors import UserError
+from service import errors
+from service.batcher import Batcher, EncoderLike
+from service.metrics import Metrics, directory_size
+from service.middleware import ObservabilityMiddleware, PayloadLimitMiddleware
+from service.routes_embed import router as embed_router
+from service.routes_index import router as index_router
+from service.routes_ops import router as ops_router
+from service.settings import Settings
+from service.state import IndexLike, ServiceState, bundle_path
+
+log = logging.getLogger("distilembed.service")
+VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "fastapi", "uvicorn")
+
+
+def load_encoder(settings: Settings) -> EncoderLike:
+    from export.runtime import Encoder
+
+    return Encoder(
+        settings.bundle, variant=settings.variant, threads=settings.threads, batch_size=settings.max_batch
+    )
+
+
+def bundle_sha256(bundle: Path) -> str | None:
+    """sha256 of the bundle's manifest.json: what an index records as the bundle it was built with."""
+    manifest = bundle / "manifest.json"
+    return sha256_file(manifest) if manifest.is_file() else None
+
+
+def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLike | None:
+    """Open the live index, refusing one built with another bundle or for another dimension."""
+    if settings.index_dir is None:
+        return None
+    if not Path(settings.index_dir).is_dir():
+        raise UserError(
+            f"index directory does not exist: {settings.index_dir} (run 'distilembed index build')"
+        )
+    from index.live import open_for_bundle
+
+    return open_for_bundle(settings.index_dir, dim, bundle_sha, nprobe=settings.nprobe)
+
+
+def warmup_texts(encoder: EncoderLike, max_batch: int) -> list[list[str]]:
+    """A short text alone, then a full batch of longest texts (sizes onnxruntime's buffers once)."""
+    longest = " ".join(["warm"] * (2 * encoder.max_seq_len))
+    return [["warm up"], [longest] * max_batch]
+
+
+async def _startup(state: ServiceState) -> None:
+    s = state.settings
+    if state.encoder is None:
+        state.encoder = await asyncio.to_thread(load_encoder, s)
+    encoder = state.encoder
+    bundle = bundle_path(encoder, s)
+    state.bundle_sha256 = await asyncio.to_thread(bundle_sha256, bundle)
+    if state.index is None:
+        state.index = await asyncio.to_thread(load_index, s, encoder.dim, state.bundle_sha256)
+    index = state.index
+    if index is not None and index.dim != encoder.dim:
+        raise UserError(f"the bundle gives {encoder.dim}-d vectors but the index holds {index.dim}-d vectors")
+    state.metrics.bundle_size.set(await asyncio.to_thread(directory_size, bundle))
+    state.model = s.model_name or bundle.resolve().name
+    state.versions = tool_versions(*VERSIONED)
+    if index is not None:
+        state.metrics.track_index(lambda: index.ntotal)
+    batcher = Batcher(encoder, s.max_batch, s.max_wait_ms, s.max_queue, state.metrics)
+    batcher.start()
+    state.batcher = batcher
+    if s.warmup:
+        for texts in warmup_texts(encoder, s.max_batch):
+            warm = await batcher.embed(texts)
+        if index is not None and index.ntotal:
+            await asyncio.to_thread(index.search, warm.vectors[:1], 1)
+    state.ready = True
+    state.metrics.ready.set(1)
+    log.info(
+        "ready: model %s (%d-d, %s), index %s",
+        state.model,
+        encoder.dim,
+        getattr(encoder, "variant", s.variant),
+        f"{index.kind} with {index.ntotal} vectors" if index is not None else "none",
+    )
+
+
+async def _shutdown(state: ServiceState) -> None:
+    state.ready = False
+    state.metrics.ready.set(0)
+    if state.batcher is not None:
+        await state.batcher.aclose(state.settings.shutdown_timeout_s)
+    if state.index is not None:
+        await asyncio.to_thread(state.index.close)
+    log.info("shut down")
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state: ServiceState = app.state.service
+    try:
+        await _startup(state)
+    except BaseException:
+        await _shutdown(state)
+        raise
+    try:
+        yield
+    finally:
+        await _shutdown(state)
+
+
+def create_app(
+    settings: Settings | None = None, encoder: EncoderLike | None = None, index: IndexLike | None = None
+) -> FastAPI:
+    """Build the app; a given ``encoder``/``index`` is used instead of loading one (the app closes it)."""
+    settings = settings or Settings()
+    metrics = Metrics()
+    app = FastAPI(
+        title="distilembed",
+        summary="Compact sentence embeddings: embed, similarity and search on a CPU.",
+        version=tool_versions("distilembed").get("distilembed", "0"),
+        lifespan=lifespan,
+    )
+    app.state.service = ServiceState(settings=settings, metrics=metrics, encoder=encoder, index=index)
+    errors.install(app)
+    app.include_router(ops_router)
+    app.include_router(embed_router)
+    app.include_router(index_router)
+    app.add_middleware(PayloadLimitMiddleware, limit=settings.max_payload_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-API-Key"],
+            expose_headers=["X-Took-Ms", "Retry-After"],
+        )
+    routes = [*ops_router.routes, *embed_router.routes, *index_router.routes]
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, routes=routes)
+    return app

@@ -1,0 +1,261 @@
+"""Dynamic micro-batching: concurrent requests share encoder calls made by one worker thread.
+
+* The queue is bounded in texts (``max_queue``); a request that does not fit is refused (429).
+* The worker takes up to ``max_batch`` texts round-robin over the waiting requests, so a request with
+  many texts is split into chunks and a small request waits for at most one chunk of it.
+* Fast path: a worker that was idle runs what it finds at once. It waits for a batch to fill (up to
+  ``max_wait_ms`` after the oldest waiting text arrived) only under concurrent load: coming from a
+  batch that served several requests, or finding several requests queued. A single client that
+  sends its next request as soon as it has an answer therefore never waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from service.metrics import Metrics
+
+
+class EncoderLike(Protocol):
+    """What the service needs of ``export.runtime.Encoder`` (a fake in tests)."""
+
+    dim: int
+    max_seq_len: int
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+    def encode_ids(self, ids: list[list[int]], batch_size: int | None = None) -> np.ndarray: ...
+
+
+class QueueFullError(Exception):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"queue full, retry after {retry_after}s")
+        self.retry_after = retry_after
+
+
+class BatcherClosedError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vectors: np.ndarray  # (n, dim) float32, L2-normalised
+    tokens: list[int]  # tokens per text after truncation, special tokens included
+
+
+@dataclass(eq=False)
+class _Request:
+    texts: Sequence[str]
+    future: asyncio.Future[Embedded]
+    loop: asyncio.AbstractEventLoop
+    enqueued: float
+    taken: int = 0
+    done: int = 0
+    dead: bool = False  # cancelled or failed: its remaining texts are dropped
+    vectors: np.ndarray | None = None
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> int:
+        return len(self.texts) - self.taken
+
+    def _settle(self, result: Embedded | BaseException) -> None:
+        def apply() -> None:
+            if self.future.done():
+                return
+            if isinstance(result, BaseException):
+                self.future.set_exception(result)
+            else:
+                self.future.set_result(result)
+
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
+            self.loop.call_soon_threadsafe(apply)
+
+    def store(self, start: int, vectors: np.ndarray, tokens: list[int]) -> None:
+        if self.dead:
+            return
+        if self.vectors is None:
+            self.vectors = np.empty((len(self.texts), vectors.shape[1]), dtype=np.float32)
+            self.tokens = [0] * len(self.texts)
+        self.vectors[start : start + len(vectors)] = vectors
+        self.tokens[start : start + len(tokens)] = tokens
+        self.done += len(vectors)
+        if self.done == len(self.texts):
+            self._settle(Embedded(self.vectors, self.tokens))
+
+    def fail(self, exc: BaseException) -> None:
+        self.dead = True
+        self._settle(exc)
+
+
+@dataclass(frozen=True)
+class _Slice:
+    request: _Request
+    start: int
+    stop: int
+
+
+class Batcher:
+    def __init__(
+        self,
+        encoder: EncoderLike,
+        max_batch: int = 32,
+        max_wait_ms: float = 2.0,
+        max_queue: int = 2048,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.encoder, self.max_batch, self.max_queue = encoder, max_batch, max_queue
+        self.max_wait = max_wait_ms / 1000
+        self.metrics = metrics
+        self._cond = threading.Condition()
+        self._pending: deque[_Request] = deque()
+        self._queued = 0
+        self._closed = False
+        self._batch_seconds = 0.01  # moving average, for Retry-After
+        self._listeners: list[Callable[[int], None]] = []
+        if metrics is not None:
+            self._listeners.append(metrics.queue_depth.set)
+        self._thread = threading.Thread(target=self._run, name="distilembed-encoder", daemon=True)
+
+    @property
+    def depth(self) -> int:
+        """Texts waiting for the encoder (not counting the batch being encoded)."""
+        return self._queued
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        """Called (under the queue lock, keep it quick) with the queue depth after every change."""
+        self._listeners.append(listener)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self._queued / self.max_batch * self._batch_seconds))
+
+    async def embed(self, texts: Sequence[str]) -> Embedded:
+        if not texts:
+            return Embedded(np.zeros((0, self.encoder.dim), dtype=np.float32), [])
+        loop = asyncio.get_running_loop()
+        request = _Request(texts, loop.create_future(), loop, time.perf_counter())
+        with self._cond:
+            if self._closed:
+                raise BatcherClosedError("the encoder is shutting down")
+            if self._queued + len(texts) > self.max_queue:
+                if self.metrics is not None:
+                    self.metrics.queue_rejected.inc()
+                raise QueueFullError(self.retry_after())
+            self._pending.append(request)
+            self._queued += len(texts)
+            self._changed()
+            self._cond.notify()
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            self._drop(request)
+            raise
+
+    def _drop(self, request: _Request) -> None:
+        with self._cond:
+            request.dead = True
+            if request in self._pending:
+                self._pending.remove(request)
+                self._queued -= request.remaining
+                self._changed()
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener(self._queued)
+
+    async def aclose(self, timeout: float = 10.0) -> None:
+        """Stop taking requests, finish the queued ones (up to ``timeout`` s), fail what is left."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, timeout)
+        with self._cond:
+            left, self._pending = list(self._pending), deque()
+            self._queued = 0
+            self._changed()
+        for request in left:
+            request.fail(BatcherClosedError("the encoder shut down before this request was served"))
+
+    def _run(self) -> None:
+        idle, last_requests = True, 0
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    idle = True
+                    self._cond.wait()
+                if not self._pending:
+                    return  # closed and drained
+                concurrent = last_requests > 1 or len(self._pending) > 1
+                if concurrent and not idle and self.max_wait > 0:
+                    deadline = min(r.enqueued for r in self._pending) + self.max_wait
+                    while self._queued < self.max_batch and not self._closed:
+                        left = deadline - time.perf_counter()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                slices = self._take()
+                idle, last_requests = False, len(slices)
+            if slices:
+                self._process(slices)
+
+    def _take(self) -> list[_Slice]:
+        out: list[_Slice] = []
+        space = self.max_batch
+        while space and self._pending:
+            request = self._pending.popleft()
+            if request.dead:
+                self._queued -= request.remaining
+                continue
+            n = min(space, request.remaining)
+            out.append(_Slice(request, request.taken, request.taken + n))
+            request.taken += n
+            self._queued -= n
+            space -= n
+            if request.remaining:
+                self._pending.append(request)  # round-robin: the others go first next time
+        self._changed()
+        return out
+
+    def _process(self, slices: list[_Slice]) -> None:
+        try:
+            self._encode(slices)
+        except Exception as exc:  # handed to the waiting requests (they re-raise it); the worker lives on
+            for s in slices:
+                s.request.fail(exc)
+
+    def _encode(self, slices: list[_Slice]) -> None:
+        texts = [t for s in slices for t in s.request.texts[s.start : s.stop]]
+        start = time.perf_counter()
+        if self.metrics is not None:
+            for s in slices:
+                self.metrics.queue_duration.observe(start - s.request.enqueued)
+        ids = self.encoder.tokenize(texts)
+        tokenized = time.perf_counter()
+        vectors = self.encoder.encode_ids(ids, batch_size=len(ids))
+        if vectors.shape[0] != len(texts):
+            raise RuntimeError(f"the encoder returned {vectors.shape[0]} vectors for {len(texts)} texts")
+        end = time.perf_counter()
+        self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * (end - start)
+        if self.metrics is not None:
+            self.metrics.tokenization_duration.observe(tokenized - start)
+            self.metrics.inference_duration.observe(end - tokenized)
+            self.metrics.batch_size.observe(len(texts))
+        offset = 0
+        for s in slices:
+            n = s.stop - s.start
+            s.request.store(s.start, vectors[offset : offset + n], [len(i) for i in ids[offset : offset + n]])
+            offset += n

@@ -1,0 +1,76 @@
+"""``distilembed serve``: uvicorn, one worker, graceful shutdown. Flags override ``DISTILEMBED_*``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+Opt = typer.Option
+
+
+def serve_command(
+    bundle: Annotated[
+        Path | None, Opt(help="Bundle directory (env DISTILEMBED_BUNDLE; default models/default).")
+    ] = None,
+    variant: Annotated[str | None, Opt(help="int8 | fp32 (env DISTILEMBED_VARIANT).")] = None,
+    index: Annotated[
+        Path | None, Opt("--index", help="Live index directory (env DISTILEMBED_INDEX_DIR).")
+    ] = None,
+    host: Annotated[str | None, Opt(help="Bind address (env DISTILEMBED_HOST; default 127.0.0.1).")] = None,
+    port: Annotated[int | None, Opt(help="Port (env DISTILEMBED_PORT; default 8080).")] = None,
+    threads: Annotated[int | None, Opt(help="onnxruntime threads (env DISTILEMBED_THREADS).")] = None,
+    max_batch: Annotated[
+        int | None, Opt(help="Texts per encoder call (env DISTILEMBED_MAX_BATCH; default 32).")
+    ] = None,
+    max_wait_ms: Annotated[
+        float | None, Opt(help="Batch fill wait under load (env DISTILEMBED_MAX_WAIT_MS).")
+    ] = None,
+    max_queue: Annotated[int | None, Opt(help="Queued texts before 429 (env DISTILEMBED_MAX_QUEUE).")] = None,
+    max_items: Annotated[int | None, Opt(help="Texts per request (env DISTILEMBED_MAX_ITEMS).")] = None,
+    model_name: Annotated[str | None, Opt(help="Reported model name (env DISTILEMBED_MODEL_NAME).")] = None,
+    nprobe: Annotated[int | None, Opt(help="Default IVF nprobe (env DISTILEMBED_NPROBE).")] = None,
+    log_level: Annotated[str | None, Opt(help="critical|error|warning|info|debug.")] = None,
+    access_log: Annotated[bool | None, Opt("--access-log/--no-access-log", help="Log every request.")] = None,
+) -> None:
+    """Serve embed / similarity / search over HTTP (FastAPI + uvicorn, no torch)."""
+    from service.server import run
+    from service.settings import Settings
+
+    flags: dict[str, Any] = {
+        "bundle": bundle,
+        "variant": variant,
+        "index_dir": index,
+        "host": host,
+        "port": port,
+        "threads": threads,
+        "max_batch": max_batch,
+        "max_wait_ms": max_wait_ms,
+        "max_queue": max_queue,
+        "max_items": max_items,
+        "model_name": model_name,
+        "nprobe": nprobe,
+        "log_level": log_level,
+        "access_log": access_log,
+    }
+    settings = _settings(Settings, {k: v for k, v in flags.items() if v is not None})
+    run(settings)
+
+
+def _settings(cls: Any, overrides: dict[str, Any]) -> Any:
+    from pydantic import ValidationError
+
+    from distilembed.errors import UserError
+
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise UserError(f"bad settings: {problems}") from exc
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_command)

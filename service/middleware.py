@@ -1,0 +1,110 @@
+"""Pure ASGI middleware (BaseHTTPMiddleware costs too much on the single-request fast path)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.metrics import Metrics
+
+BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _elapsed_ms(scope: Scope) -> float:
+    start = scope.get("state", {}).get("start")
+    return round((time.perf_counter() - start) * 1000, 3) if start is not None else 0.0
+
+
+class ObservabilityMiddleware:
+    """Request count and duration by route template and status; ``X-Took-Ms`` on every response."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, routes: Sequence[BaseRoute] = ()) -> None:
+        self.app, self.metrics, self.routes = app, metrics, routes
+
+    def _route(self, scope: Scope) -> str:
+        """The matched route's template; for requests answered before routing (413), match it here."""
+        route = scope.get("route")
+        if route is None:
+            route = next((r for r in self.routes if r.matches(scope)[0] != Match.NONE), None)
+        return str(getattr(route, "path", "unmatched"))  # never the raw path: unbounded label values
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        scope.setdefault("state", {})["start"] = start
+        status = 500  # if the app raises, the outer error middleware answers 500
+
+        async def send_timed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                took = (time.perf_counter() - start) * 1000
+                MutableHeaders(scope=message).append("X-Took-Ms", f"{took:.3f}")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_timed)
+        finally:
+            labels = (self._route(scope), str(status))
+            self.metrics.request_count.labels(*labels).inc()
+            self.metrics.request_duration.labels(*labels).observe(time.perf_counter() - start)
+
+
+class PayloadLimitMiddleware:
+    """Refuse bodies over ``limit`` bytes with 413, from Content-Length and from the streamed body.
+
+    The body is read (up to the limit) before the app sees it and then replayed, so a chunked or
+    lying upload cannot grow past the limit either.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
+        body: dict[str, Any] = {
+            "error": f"request body {size} exceeds the limit of {self.limit} bytes",
+            "type": "payload_too_large",
+            "took_ms": _elapsed_ms(scope),
+        }
+        await JSONResponse(body, status_code=413, headers={"Connection": "close"})(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in BODYLESS:
+            await self.app(scope, receive, send)
+            return
+        length = Headers(scope=scope).get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            await self._too_large(scope, receive, send, f"of {length} bytes")
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left; nothing to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._too_large(scope, receive, send, "streamed past it")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        await self.app(scope, replay, send)

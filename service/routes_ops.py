@@ -1,0 +1,67 @@
+"""Operational routes: ``/health`` (liveness), ``/ready``, ``/info`` and ``/metrics`` (Prometheus text)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.errors import took_ms
+from service.schemas import ErrorBody, Health, IndexInfo, Info, Ready
+from service.state import State, require_key
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/health", response_model=Health)
+async def health(request: Request) -> Health:
+    """The process answers. Open even when an API key is set."""
+    return Health(took_ms=took_ms(request))
+
+
+@router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
+async def ready(request: Request, state: State) -> JSONResponse:
+    """200 once the bundle (and index) are loaded and warmed up; 503 before that and while shutting down."""
+    body = Ready(ready=state.ready, took_ms=took_ms(request))
+    return JSONResponse(body.model_dump(), status_code=200 if state.ready else 503)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(state: State) -> Response:
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get(
+    "/info",
+    response_model=Info,
+    dependencies=[Depends(require_key)],
+    responses={401: {"model": ErrorBody}, 503: {"model": ErrorBody}},
+)
+async def info(request: Request, state: State) -> Info:
+    encoder, _ = state.require_encoder()
+    index = None
+    if state.index is not None:
+        ix = state.index
+        index = IndexInfo(type=ix.kind, ntotal=ix.ntotal, nlist=ix.nlist, nprobe=ix.nprobe, dim=ix.dim)
+    s = state.settings
+    return Info(
+        model=state.model,
+        dim=encoder.dim,
+        max_seq_len=encoder.max_seq_len,
+        variant=str(getattr(encoder, "variant", s.variant)),
+        bundle=str(getattr(encoder, "bundle", s.bundle)),
+        bundle_sha256=state.bundle_sha256,
+        index=index,
+        limits={
+            "max_items": s.max_items,
+            "max_chars": s.max_chars,
+            "max_queue": s.max_queue,
+            "max_batch": s.max_batch,
+            "max_wait_ms": s.max_wait_ms,
+            "max_payload_bytes": s.max_payload_bytes,
+            "default_top_k": s.default_top_k,
+            "max_top_k": s.max_top_k,
+        },
+        versions=state.versions,
+        took_ms=took_ms(request),
+    )

@@ -1,0 +1,71 @@
+"""Service settings: every field is also an environment variable ``DISTILEMBED_<FIELD>``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DISTILEMBED_", extra="ignore", validate_default=True)
+
+    bundle: Path = Field(Path("models/default"), description="Exported bundle directory.")
+    variant: Literal["int8", "fp32"] = "int8"
+    model_name: str | None = Field(None, description="Name reported as `model` (default: bundle dir name).")
+    index_dir: Path | None = Field(None, description="Live index directory; unset = no search/documents.")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    threads: int | None = Field(None, ge=0, description="onnxruntime intra-op threads (0 or unset: all).")
+    max_items: int = Field(256, ge=1, description="Most texts (or documents) in one request; more = 413.")
+    max_chars: int = Field(8192, ge=1, description="Longest text in characters; longer = 422 or truncated.")
+    max_queue: int = Field(2048, ge=1, description="Most texts waiting for the encoder; more = 429.")
+    max_batch: int = Field(32, ge=1, description="Most texts in one encoder call.")
+    max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill under concurrent load.")
+    max_payload_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="Largest request body; more = 413.")
+    api_key: SecretStr | None = Field(
+        None, description="If set, required as `Authorization: Bearer` or X-API-Key."
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Comma-separated.")
+    nprobe: int | None = Field(None, ge=1, description="Default IVF nprobe (default: the index manifest's).")
+    default_top_k: int = Field(10, ge=1)
+    max_top_k: int = Field(100, ge=1, description="Largest top_k a search may ask for.")
+    max_concurrency: int = Field(
+        256, ge=1, description="Open connections/requests uvicorn serves at once (503 beyond); bounds memory."
+    )
+    access_log: bool = False
+    shutdown_timeout_s: float = Field(10.0, ge=0, description="Graceful shutdown: time to drain requests.")
+    warmup: bool = True
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("index_dir", "threads", "nprobe", "model_name", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        """An empty env var (``DISTILEMBED_INDEX_DIR=`` in compose) means unset."""
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.max_items > self.max_queue:
+            raise ValueError(f"max_items ({self.max_items}) must not exceed max_queue ({self.max_queue})")
+        if self.default_top_k > self.max_top_k:
+            raise ValueError(f"default_top_k ({self.default_top_k}) exceeds max_top_k ({self.max_top_k})")
+        return self
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model_name or self.bundle.resolve().name

@@ -1,0 +1,127 @@
+"""What one app serves: settings, encoder, batcher, optional live index, metrics; helpers the routes share."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
+
+import numpy as np
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from service.batcher import Batcher, BatcherClosedError, Embedded, EncoderLike, QueueFullError
+from service.errors import ApiError, payload_too_large, validation
+from service.metrics import Metrics
+from service.settings import Settings
+
+if TYPE_CHECKING:
+    from index.live import Hit
+    from index.store import Document
+
+
+class IndexLike(Protocol):
+    """The interface of ``index.live.LiveIndex`` that the service uses."""
+
+    dim: int
+    nprobe: int
+    kind: str
+    nlist: int
+    manifest: dict[str, Any]
+
+    @property
+    def ntotal(self) -> int: ...
+
+    def search(
+        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+    ) -> list[list[Hit]]: ...
+
+    def get(self, ext_id: str) -> Document | None: ...
+
+    def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]: ...
+
+    def delete(self, ext_ids: Sequence[str]) -> list[str]: ...
+
+    def checkpoint(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ServiceState:
+    settings: Settings
+    metrics: Metrics
+    encoder: EncoderLike | None = None
+    index: IndexLike | None = None
+    batcher: Batcher | None = None
+    ready: bool = False
+    model: str = ""
+    bundle_sha256: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def require_encoder(self) -> tuple[EncoderLike, Batcher]:
+        if self.encoder is None or self.batcher is None:
+            raise ApiError(503, "the service is not ready", "unavailable", {"Retry-After": "1"})
+        return self.encoder, self.batcher
+
+    def require_index(self) -> IndexLike:
+        if self.index is None:
+            raise ApiError(404, "no index configured (set DISTILEMBED_INDEX_DIR)", "no_index")
+        return self.index
+
+    def check_texts(self, texts: list[str], truncate: bool = False) -> list[str]:
+        """Apply the per-request limits: too many texts = 413, a text too long = 422 (or cut)."""
+        limits = self.settings
+        if len(texts) > limits.max_items:
+            raise payload_too_large(f"{len(texts)} texts in one request; the limit is {limits.max_items}")
+        if truncate:
+            return [t[: limits.max_chars] for t in texts]
+        for i, text in enumerate(texts):
+            if len(text) > limits.max_chars:
+                raise validation(
+                    f"text {i} has {len(text)} characters; the limit is {limits.max_chars} "
+                    "(pass truncate: true to cut it)"
+                )
+        return texts
+
+    async def embed(self, texts: Sequence[str]) -> Embedded:
+        _, batcher = self.require_encoder()
+        try:
+            return await batcher.embed(texts)
+        except QueueFullError as exc:
+            raise ApiError(
+                429,
+                "too many texts waiting; retry later",
+                "overloaded",
+                {"Retry-After": str(exc.retry_after)},
+            ) from exc
+        except BatcherClosedError as exc:
+            raise ApiError(503, str(exc), "unavailable", {"Retry-After": "1"}) from exc
+
+
+def get_state(request: Request) -> ServiceState:
+    return request.app.state.service
+
+
+State = Annotated[ServiceState, Depends(get_state)]
+_bearer = HTTPBearer(auto_error=False, description="The API key, when the server has one.")
+_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key (alternative).")
+
+
+async def require_key(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    header: Annotated[str | None, Security(_header)],
+) -> None:
+    expected = get_state(request).settings.api_key
+    if expected is None:
+        return
+    given = bearer.credentials if bearer is not None else header
+    if not given or not secrets.compare_digest(given.encode(), expected.get_secret_value().encode()):
+        raise ApiError(401, "missing or wrong API key", "unauthorized", {"WWW-Authenticate": "Bearer"})
+
+
+def bundle_path(encoder: EncoderLike, settings: Settings) -> Path:
+    return Path(getattr(encoder, "bundle", settings.bundle))

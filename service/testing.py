@@ -1,0 +1,117 @@
+"""Fakes of the encoder and the live index for fast, offline tests of the service (and of its users)."""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distilembed.errors import UserError
+from index.live import Hit
+from index.store import Document
+
+
+@lru_cache(maxsize=4096)
+def _token_vector(token: int, dim: int) -> np.ndarray:
+    return np.random.default_rng(token).standard_normal(dim).astype(np.float32)
+
+
+class FakeEncoder:
+    """Deterministic bag-of-words vectors; records every call's batch size.
+
+    ``gate``: when given, every ``encode_ids`` call waits for it (tests hold the worker busy with it);
+    ``entered`` is set as soon as a call starts.
+    """
+
+    def __init__(self, dim: int = 8, max_seq_len: int = 16, gate: threading.Event | None = None) -> None:
+        self.dim, self.max_seq_len, self.gate = dim, max_seq_len, gate
+        self.variant = "fake"
+        self.bundle = Path("fake-bundle")
+        self.manifest: dict[str, Any] = {"kind": "bundle", "dim": dim, "max_seq_len": max_seq_len}
+        self.calls: list[int] = []
+        self.entered = threading.Event()
+        self.fail_with: Exception | None = None
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        words = [[zlib.crc32(w.lower().encode()) % 30_000 + 1000 for w in t.split()] for t in texts]
+        return [[101, *row[: self.max_seq_len - 2], 102] for row in words]
+
+    def encode_ids(self, ids: list[list[int]], batch_size: int | None = None) -> np.ndarray:  # noqa: ARG002
+        self.calls.append(len(ids))
+        self.entered.set()
+        if self.gate is not None and not self.gate.wait(timeout=30):
+            raise TimeoutError("the test never opened the gate")
+        if self.fail_with is not None:
+            raise self.fail_with
+        out = np.stack([sum((_token_vector(t, self.dim) for t in row), np.zeros(self.dim)) for row in ids])
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode_ids(self.tokenize(texts))
+
+
+class FakeIndex:
+    """In-memory exact index with the ``LiveIndex`` interface."""
+
+    kind, nlist = "flat", 0
+
+    def __init__(self, dim: int = 8, nprobe: int = 1) -> None:
+        self.dim, self.nprobe = dim, nprobe
+        self.manifest: dict[str, Any] = {"kind": "index", "dim": dim}
+        self.docs: dict[str, tuple[Document, np.ndarray]] = {}
+        self.searches: list[dict[str, Any]] = []
+        self.closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.docs)
+
+    def _check(self, vectors: np.ndarray) -> None:
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise UserError(f"vectors have shape {vectors.shape}, the index holds {self.dim}-d vectors")
+
+    def search(
+        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+    ) -> list[list[Hit]]:
+        self._check(queries)
+        self.searches.append({"k": k, "nprobe": nprobe, "where": where})
+        with self._lock:
+            docs = [
+                (d, v)
+                for d, v in self.docs.values()
+                if all(d.metadata.get(a) == b for a, b in (where or {}).items())
+            ]
+        out = []
+        for query in queries:
+            scored = sorted(((float(v @ query), d) for d, v in docs), key=lambda p: -p[0])[:k]
+            out.append([Hit(d.id, s, d.text, d.metadata) for s, d in scored])
+        return out
+
+    def get(self, ext_id: str) -> Document | None:
+        with self._lock:
+            entry = self.docs.get(ext_id)
+        return entry[0] if entry else None
+
+    def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]:
+        self._check(vectors)
+        with self._lock:
+            replaced = len({d.id for d in docs} & set(self.docs))
+            for doc, vector in zip(docs, vectors, strict=True):
+                self.docs[doc.id] = (doc, vector)
+            return len({d.id for d in docs}) - replaced, replaced
+
+    def delete(self, ext_ids: Sequence[str]) -> list[str]:
+        with self._lock:
+            return [i for i in ext_ids if self.docs.pop(i, None) is not None]
+
+    def checkpoint(self) -> None:
+        return
+
+    def close(self) -> None:
+        self.closed = True
