@@ -1,0 +1,139 @@
+"""ConGen: unsupervised control and generalisation distillation.
+
+Limkonchotiwat, Ponwitayarat, Lowphansirikul, Udomcharoenchaikit, Chuangsuwanich, Nutanong.
+*ConGen: Unsupervised Control and Generalization Distillation For Sentence Representation.*
+Findings of EMNLP 2022. Reference code: github.com/KornWtp/ConGen.
+
+Each sentence x gives two augmented views x_1 = T(x), x_2 = T'(x) (section 3.1; the paper
+back-translates, Table 6 shows word deletion or synonym replacement do almost as well). The teacher
+sees x_1 only (z_ref^T), the student both (z_con^S from x_1, z_gen^S from x_2). Each is turned into a
+similarity distribution over an instance queue D of K teacher embeddings (section 3.2, eq. 1)::
+
+    p(z, D, tau)_j = e^{cos(z, d_j)/tau} / sum_{d in D} e^{cos(z, d)/tau}
+
+and the loss is eq. 2::
+
+    L = alpha * CE(P_ref^T, P_con^S) + (1 - alpha) * CE(P_ref^T, P_gen^S),   CE(p, q) = -sum_j p_j log q_j
+
+with P_ref^T = p(z_ref^T, D, tau_T), P_con^S = p(z_con^S, D, tau_S), P_gen^S = p(z_gen^S, D, tau_S).
+
+The queue is FIFO (section 3.2): each mini-batch dequeues its size m of the oldest entries and
+enqueues its own z_ref^T, so D already holds the current batch when the distributions are taken
+(the reference code concatenates the batch to the full queue and trims afterwards: K + m columns
+instead of K). The paper initialises D with teacher embeddings of random training sentences
+(section 4.1).
+
+Defaults (appendix A.1, Table 7, MiniLM-L6 row): tau_T 0.05, tau_S 0.07, K 65536; alpha 0.5
+(section 3.3 / Table 5). The student's output passes a linear layer with Tanh to the teacher's width
+(section 4.1) when the widths differ.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from training.losses.queue import MemoryBank
+
+TEACHER_TAU = 0.05
+STUDENT_TAU = 0.07
+ALPHA = 0.5
+QUEUE_SIZE = 65536
+
+
+def similarity_logits(
+    z: torch.Tensor, queue: torch.Tensor, tau: float, unit_queue: bool = False
+) -> torch.Tensor:
+    """Eq. 1 before the softmax: cos(z_i, d_j) / tau, shape (n, K).
+
+    ``unit_queue=True`` skips normalising a queue whose rows are already unit length.
+    """
+    keys = queue.to(z) if unit_queue else F.normalize(queue.to(z), dim=-1)
+    return F.normalize(z, dim=-1) @ keys.T / tau
+
+
+def soft_cross_entropy(target: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """CE(p, softmax(logits)) = -sum_j p_j log q_j, averaged over rows; ``target`` rows sum to 1."""
+    return -(target * F.log_softmax(logits, dim=-1)).sum(dim=-1).mean()
+
+
+def congen_loss(
+    student_control: torch.Tensor,
+    student_general: torch.Tensor,
+    teacher_reference: torch.Tensor,
+    queue: torch.Tensor,
+    *,
+    teacher_tau: float = TEACHER_TAU,
+    student_tau: float = STUDENT_TAU,
+    alpha: float = ALPHA,
+) -> torch.Tensor:
+    """Eq. 2. student_control / student_general: (n, D) views x_1 / x_2; teacher_reference: (n, D);
+    queue: (K, D) instance queue D (constant)."""
+    if not student_control.shape == student_general.shape == teacher_reference.shape:
+        raise ValueError(
+            f"shapes differ: control {tuple(student_control.shape)}, general "
+            f"{tuple(student_general.shape)}, reference {tuple(teacher_reference.shape)}"
+        )
+    if len(queue) == 0:
+        raise ValueError("the instance queue is empty: fill it before the first step")
+    with torch.no_grad():
+        unit = F.normalize(queue.to(student_control), dim=-1)  # once: K may be 65536 rows
+        p_ref = F.softmax(similarity_logits(teacher_reference.to(unit), unit, teacher_tau, True), dim=-1)
+    control = soft_cross_entropy(p_ref, similarity_logits(student_control, unit, student_tau, True))
+    general = soft_cross_entropy(p_ref, similarity_logits(student_general, unit, student_tau, True))
+    return alpha * control + (1 - alpha) * general
+
+
+class ConGenLoss(nn.Module):
+    """Holds the instance queue and, when the widths differ, the student head Linear + Tanh.
+
+    ``forward(student_control, student_general, teacher_reference)``: the two student views
+    (n, d), projected but not yet normalised, and the teacher's embeddings of view x_1 (n, D).
+    In training mode the teacher batch is enqueued first (FIFO), then the loss is taken over the
+    queue. Fill the queue with :meth:`prefill` before training (section 4.1), pass
+    ``list(loss.parameters())`` to the Trainer as ``extra_params`` when a head exists, and save
+    ``loss.bank.state_dict()`` for resume.
+    """
+
+    def __init__(
+        self,
+        student_dim: int,
+        teacher_dim: int,
+        *,
+        teacher_tau: float = TEACHER_TAU,
+        student_tau: float = STUDENT_TAU,
+        alpha: float = ALPHA,
+        queue_size: int = QUEUE_SIZE,
+    ) -> None:
+        super().__init__()
+        self.head: nn.Module = (
+            nn.Identity()
+            if student_dim == teacher_dim
+            else nn.Sequential(nn.Linear(student_dim, teacher_dim), nn.Tanh())
+        )
+        self.teacher_tau, self.student_tau, self.alpha = teacher_tau, student_tau, alpha
+        self.bank = MemoryBank(queue_size, teacher_dim)
+
+    def prefill(self, teacher_embeddings: torch.Tensor) -> None:
+        """Initialise D with teacher embeddings of (random) training sentences, oldest first."""
+        self.bank.enqueue(teacher_embeddings)
+
+    def forward(
+        self,
+        student_control: torch.Tensor,
+        student_general: torch.Tensor,
+        teacher_reference: torch.Tensor,
+    ) -> torch.Tensor:
+        teacher_reference = teacher_reference.float()
+        if self.training:
+            self.bank.enqueue(teacher_reference)
+        return congen_loss(
+            self.head(student_control.float()),
+            self.head(student_general.float()),
+            teacher_reference,
+            self.bank.vectors(),  # column order does not matter to eq. 1-2
+            teacher_tau=self.teacher_tau,
+            student_tau=self.student_tau,
+            alpha=self.alpha,
+        )

@@ -1,0 +1,244 @@
+"""Information Bottleneck Knowledge Distillation (IBKD).
+
+Zhang, Long, Li, Xie. *Text Representation Distillation via Information Bottleneck Principle.* 2023.
+Reference code: github.com/Alibaba-NLP/IBKD.
+
+Section 3, eq. 1: maximise I(S, T) and minimise I(X, S). The first term is bounded from below
+by InfoNCE (section 3.1, eq. 2-5) over in-batch negatives::
+
+    L_nce = -1/n sum_i log( exp(f(s_i, t_i)/tau) / sum_j exp(f(s_i, t_j)/tau) )
+
+where the paper writes ``f(s, t) = s^T W t`` with a learnable W aligning the student and teacher
+widths; like the reference code we use the cosine of ``W s`` and ``t``. The second term is
+replaced by the Hilbert-Schmidt independence criterion (section 3.2, eq. 6-7)::
+
+    HSIC(X, S) = tr(K_X H K_S H) / (m - 1)^2,   H = I - 1/m 11^T,   K(a, b) = exp(-gamma ||a - b||^2)
+
+(eq. 6 prints 1/l^2; the reference code, following Gretton et al. 2005, divides by (m-1)^2, and
+we do the same. Eq. 7 prints ``exp(gamma ||a - b||)``, which is not a kernel; the reference code's
+RBF is ``exp(-gamma ||a - b||^2)``, used here.)
+
+Stage 1, distillation (section 3.3, eq. 8): ``L_IB = -(score_nce - beta1 HSIC)``, which as a loss
+to minimise is ``CE_nce + beta1 * HSIC(X, S)``. Stage 2, fine-tuning (eq. 9-10): supervised
+InfoNCE over (anchor, positive, hard negatives) plus ``beta2 * HSIC``. Defaults are the paper's
+(section 4.3 and Table 1): gamma 0.5, beta1 1.0, beta2 0.5, tau 0.1 (stage 1) and 0.05 (stage 2).
+
+X is left open by the paper. As in the reference code (``--lambdas2 0``: hidden state 0), X is the
+student's own input token embeddings (the embedding block's output) mean-pooled over the attention
+mask; see :func:`input_representation`. Kernel width: both inputs of HSIC are L2-normalised row-wise
+by default so ``gamma`` acts on squared distances in [0, 4] whatever the encoder's scale;
+``gamma=None`` picks the median heuristic instead.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+STAGE1_TAU = 0.1
+STAGE2_TAU = 0.05
+GAMMA = 0.5
+BETA1 = 1.0
+BETA2 = 0.5
+
+
+def info_nce(student: torch.Tensor, teacher: torch.Tensor, tau: float = STAGE1_TAU) -> torch.Tensor:
+    """Eq. 5 as a loss: cross-entropy of cos(s_i, t_j)/tau with the positives on the diagonal.
+
+    ``student`` (n, D) must already be aligned to the teacher's width D (``W s``); row j of
+    ``teacher`` (n, D) is the positive of student row j and a negative of every other row.
+    """
+    if student.shape != teacher.shape:
+        raise ValueError(f"student {tuple(student.shape)} and teacher {tuple(teacher.shape)} differ")
+    logits = F.normalize(student, dim=-1) @ F.normalize(teacher, dim=-1).T / tau
+    labels = torch.arange(student.shape[0], device=student.device)
+    return F.cross_entropy(logits, labels)
+
+
+def rbf_kernel(x: torch.Tensor, gamma: float | None = GAMMA) -> torch.Tensor:
+    """Gram matrix ``exp(-gamma ||x_i - x_j||^2)``; ``gamma=None`` uses 1 / median of the distances."""
+    norms = x.pow(2).sum(dim=-1)
+    sq = (norms[:, None] + norms[None, :] - 2 * x @ x.T).clamp(min=0)  # no sqrt: smooth at 0
+    if gamma is None:
+        off = sq[~torch.eye(len(x), dtype=torch.bool, device=x.device)]
+        gamma = 1.0 / off.detach().median().clamp(min=1e-12).item() if off.numel() else 1.0
+    return torch.exp(-gamma * sq)
+
+
+def hsic(
+    x: torch.Tensor, y: torch.Tensor, gamma: float | None = GAMMA, normalize: bool = True
+) -> torch.Tensor:
+    """Eq. 6: the biased empirical HSIC of paired rows of x (m, p) and y (m, q), RBF kernels (eq. 7).
+
+    ``normalize`` L2-normalises rows first, which fixes the kernel width's scale (see the module
+    docstring). Zero when either side is constant over the batch; needs m >= 2.
+    """
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} rows, y has {y.shape[0]}")
+    m = x.shape[0]
+    if m < 2:
+        raise ValueError("HSIC needs at least two samples")
+    x, y = x.float(), y.float()
+    if normalize:
+        x, y = F.normalize(x, dim=-1), F.normalize(y, dim=-1)
+    k, l_ = rbf_kernel(x, gamma), rbf_kernel(y, gamma)
+    # tr(K H L H) = sum((H K H) * L) for symmetric L; H K H is K double-centred: O(m^2), no matmul.
+    k_centred = k - k.mean(dim=0, keepdim=True) - k.mean(dim=1, keepdim=True) + k.mean()
+    return (k_centred * l_).sum() / (m - 1) ** 2
+
+
+def ibkd_distill_loss(
+    aligned: torch.Tensor,
+    teacher: torch.Tensor,
+    inputs: torch.Tensor,
+    student: torch.Tensor,
+    *,
+    tau: float = STAGE1_TAU,
+    beta: float = BETA1,
+    gamma: float | None = GAMMA,
+) -> torch.Tensor:
+    """Stage 1, eq. 8: ``InfoNCE(W s, t) + beta1 * HSIC(X, S)``.
+
+    aligned (n, D): ``W s``; teacher (n, D); inputs (n, p): X; student (n, d): S.
+    """
+    return info_nce(aligned, teacher, tau) + beta * hsic(inputs, student, gamma)
+
+
+def supervised_info_nce(
+    anchor: torch.Tensor,
+    positive: torch.Tensor,
+    negatives: torch.Tensor,
+    tau: float = STAGE2_TAU,
+    share_negatives: bool = True,
+) -> torch.Tensor:
+    """Eq. 10 as a loss: cross-entropy over [cos(a_i, p_j)]_j and hard negatives, positive p_i.
+
+    anchor, positive: (n, d); negatives: (n, d) or (n, k, d), row i's hard negatives.
+    ``share_negatives=True`` puts every hard negative of the batch in every row's denominator, as
+    the reference code and SimCSE do; ``False`` keeps only row i's own k negatives, as eq. 10 reads.
+    """
+    if negatives.ndim == 2:
+        negatives = negatives.unsqueeze(1)
+    n, k, _ = negatives.shape
+    if anchor.shape != positive.shape or negatives.shape[0] != n or anchor.shape[0] != n:
+        raise ValueError(
+            f"shapes differ: anchor {tuple(anchor.shape)}, positive {tuple(positive.shape)}, "
+            f"negatives {tuple(negatives.shape)}"
+        )
+    a, p, neg = (F.normalize(t, dim=-1) for t in (anchor, positive, negatives))
+    pos_logits = a @ p.T / tau  # (n, n)
+    if share_negatives:
+        neg_logits = a @ neg.reshape(n * k, -1).T / tau  # (n, n*k)
+    else:
+        neg_logits = torch.einsum("nd,nkd->nk", a, neg) / tau  # (n, k)
+    logits = torch.cat([pos_logits, neg_logits], dim=1)
+    return F.cross_entropy(logits, torch.arange(n, device=anchor.device))
+
+
+def ibkd_finetune_loss(
+    anchor: torch.Tensor,
+    positive: torch.Tensor,
+    negatives: torch.Tensor,
+    inputs: torch.Tensor,
+    student: torch.Tensor,
+    *,
+    tau: float = STAGE2_TAU,
+    beta: float = BETA2,
+    gamma: float | None = GAMMA,
+    share_negatives: bool = True,
+) -> torch.Tensor:
+    """Stage 2, eq. 9: supervised InfoNCE (eq. 10) + ``beta2 * HSIC(X, S)``.
+
+    inputs / student: X and S for every sentence of the batch (anchors, positives, negatives
+    stacked), as the reference code computes HSIC over all of them.
+    """
+    nce = supervised_info_nce(anchor, positive, negatives, tau, share_negatives)
+    return nce + beta * hsic(inputs, student, gamma)
+
+
+def input_representation(auto_model: nn.Module, features: dict[str, torch.Tensor]) -> torch.Tensor:
+    """X for HSIC: the embedding block's output (hidden state 0), mean-pooled over the mask.
+
+    ``auto_model`` is the student's Hugging Face encoder (``student[0].auto_model``); ``features``
+    the tokenised batch. Returns (n, hidden), detached: X is the input of the information bottleneck,
+    so the student may not lower HSIC by degrading its own embedding table (the reference code does
+    not detach). Costs one pass of the embedding block only; a pipeline that already runs the
+    encoder with ``output_hidden_states=True`` can pool ``hidden_states[0]`` instead.
+    """
+    kwargs = {"input_ids": features["input_ids"]}
+    if "token_type_ids" in features:
+        kwargs["token_type_ids"] = features["token_type_ids"]
+    with torch.no_grad():
+        hidden = auto_model.embeddings(**kwargs)
+        mask = features["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+class IBKDLoss(nn.Module):
+    """Stage-1 IBKD: holds W (student width -> teacher width) and the hyper-parameters.
+
+    ``forward(student, teacher, inputs)``: student (n, d) is S (the projected, not yet normalised,
+    student output), teacher (n, D) the teacher's embeddings, inputs (n, p) is X. W's parameters
+    are training-only: pass ``list(loss.parameters())`` to the Trainer as ``extra_params``.
+    """
+
+    def __init__(
+        self,
+        student_dim: int,
+        teacher_dim: int,
+        *,
+        tau: float = STAGE1_TAU,
+        beta: float = BETA1,
+        gamma: float | None = GAMMA,
+    ) -> None:
+        super().__init__()
+        self.align = nn.Linear(student_dim, teacher_dim, bias=False)
+        self.tau, self.beta, self.gamma = tau, beta, gamma
+
+    def forward(self, student: torch.Tensor, teacher: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+        student = student.float()
+        return ibkd_distill_loss(
+            self.align(student),
+            teacher.to(student.dtype),
+            inputs,
+            student,
+            tau=self.tau,
+            beta=self.beta,
+            gamma=self.gamma,
+        )
+
+
+class IBKDFinetuneLoss(nn.Module):
+    """Stage-2 IBKD (no parameters): supervised InfoNCE with hard negatives + beta2 * HSIC."""
+
+    def __init__(
+        self,
+        *,
+        tau: float = STAGE2_TAU,
+        beta: float = BETA2,
+        gamma: float | None = GAMMA,
+        share_negatives: bool = True,
+    ) -> None:
+        super().__init__()
+        self.tau, self.beta, self.gamma, self.share_negatives = tau, beta, gamma, share_negatives
+
+    def forward(
+        self,
+        anchor: torch.Tensor,
+        positive: torch.Tensor,
+        negatives: torch.Tensor,
+        inputs: torch.Tensor,
+        student: torch.Tensor,
+    ) -> torch.Tensor:
+        return ibkd_finetune_loss(
+            anchor.float(),
+            positive.float(),
+            negatives.float(),
+            inputs,
+            student,
+            tau=self.tau,
+            beta=self.beta,
+            gamma=self.gamma,
+            share_negatives=self.share_negatives,
+        )

@@ -1,0 +1,90 @@
+"""SimTDE: simple transformer distillation for sentence embeddings.
+
+Xie, He, Wang, Qiu, Kebarighotbi, Ghassemi. *SimTDE: Simple Transformer Distillation for Sentence
+Embeddings.* SIGIR 2023.
+
+Section 3, eq. 1-5: the student's compact token embeddings, projected to the teacher's width, are
+matched to the teacher's token embeddings, and its sentence embedding to the teacher's::
+
+    TokenEmb_T = Emb_T(I),  TokenEmb_S^proj = Proj(Emb_S(I))                  (eq. 1-2)
+    L_TE = MSE(TokenEmb_S^proj, TokenEmb_T)                                      (eq. 3)
+    L_SE = MSE(SentenceEmb_S, SentenceEmb_T)                                     (eq. 4)
+    L_KD = alpha * L_TE + (1 - alpha) * L_SE,   alpha = 0.5                      (eq. 5)
+
+"Token embeddings" are the output of the token embedding block (what enters the first encoder
+layer), not the final hidden states: the paper distils no hidden states, and its Table 2 ablation
+("+ hidden states distillation") loses 0.8 points. MSE is the mean over elements; L_TE averages
+over the real tokens only (padding masked out). The student architecture is in
+``training/simtde_student.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+ALPHA = 0.5
+
+
+def masked_token_mse(
+    student_tokens: torch.Tensor, teacher_tokens: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 3 over real tokens: sum of squared errors on unmasked positions / (tokens * width).
+
+    student_tokens, teacher_tokens: (B, L, H); attention_mask: (B, L), 1 for real tokens.
+    """
+    if student_tokens.shape != teacher_tokens.shape:
+        raise ValueError(
+            f"student tokens {tuple(student_tokens.shape)} and teacher {tuple(teacher_tokens.shape)} differ"
+        )
+    if attention_mask.shape != student_tokens.shape[:2]:
+        raise ValueError(f"mask {tuple(attention_mask.shape)} does not match {tuple(student_tokens.shape)}")
+    mask = attention_mask.unsqueeze(-1).to(student_tokens.dtype)
+    squared = (student_tokens - teacher_tokens).pow(2) * mask
+    return squared.sum() / (mask.sum() * student_tokens.shape[-1]).clamp(min=1.0)
+
+
+def simtde_loss(
+    student_tokens: torch.Tensor,
+    teacher_tokens: torch.Tensor,
+    attention_mask: torch.Tensor,
+    student_sentence: torch.Tensor,
+    teacher_sentence: torch.Tensor,
+    *,
+    alpha: float = ALPHA,
+) -> torch.Tensor:
+    """Eq. 5: ``alpha * L_TE + (1 - alpha) * L_SE``; sentences are (B, d) and (B, d)."""
+    if student_sentence.shape != teacher_sentence.shape:
+        raise ValueError(
+            f"student sentences {tuple(student_sentence.shape)} and teacher "
+            f"{tuple(teacher_sentence.shape)} differ"
+        )
+    token_term = masked_token_mse(student_tokens, teacher_tokens, attention_mask)
+    sentence_term = F.mse_loss(student_sentence, teacher_sentence)
+    return alpha * token_term + (1 - alpha) * sentence_term
+
+
+class SimTDELoss(nn.Module):
+    """Eq. 5 with a fixed alpha; inputs as :func:`simtde_loss`, cast to float32."""
+
+    def __init__(self, alpha: float = ALPHA) -> None:
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(
+        self,
+        student_tokens: torch.Tensor,
+        teacher_tokens: torch.Tensor,
+        attention_mask: torch.Tensor,
+        student_sentence: torch.Tensor,
+        teacher_sentence: torch.Tensor,
+    ) -> torch.Tensor:
+        return simtde_loss(
+            student_tokens.float(),
+            teacher_tokens.float(),
+            attention_mask,
+            student_sentence.float(),
+            teacher_sentence.float(),
+            alpha=self.alpha,
+        )
