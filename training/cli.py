@@ -29,8 +29,16 @@ def train_command(
     corpus: Annotated[str | None, Opt(help="Unlabeled corpus (.txt / .txt.gz).")] = None,
     n_sentences: Annotated[int | None, Opt(help="Use the first N sentences of the corpus.")] = None,
     pca_sample: Annotated[int | None, Opt(help="Sentences the teacher PCA is fitted on.")] = None,
+    pca_fit: Annotated[
+        str | None, Opt(help="'corpus' or a data file (STS-B csv / text) whose sentences fit the PCA.")
+    ] = None,
+    train_on_pca_texts: Annotated[
+        bool | None,
+        Opt("--train-on-pca-texts/--no-train-on-pca-texts", help="Also distil on the PCA-fit sentences."),
+    ] = None,
     augment: Annotated[list[str] | None, Opt(help="synonym, deletion and/or crop (repeatable).")] = None,
     max_seq_len: Annotated[int | None, Opt()] = None,
+    teacher_batch_size: Annotated[int | None, Opt(help="Batch size for teacher targets.")] = None,
     batch_size: Annotated[int | None, Opt()] = None,
     lr: Annotated[float | None, Opt()] = None,
     epochs: Annotated[float | None, Opt()] = None,

@@ -22,6 +22,10 @@ class TrainConfig:
     corpus: str = "unlabeled/enwiki2015_1m_sentences.txt.gz"
     n_sentences: int = 200_000
     pca_sample: int = 100_000
+    # "corpus" fits the PCA on the first pca_sample training sentences; a data path (STS-B csv or
+    # text file) fits it on that file's unique sentences instead (see docs/decisions.md).
+    pca_fit: str = "corpus"
+    train_on_pca_texts: bool = False
     augment: tuple[str, ...] = ()
     synonym_p: float = 0.3
     deletion_p: float = 0.1
@@ -70,17 +74,20 @@ PRESETS: dict[str, TrainConfig] = {
         eval_every=160,
         save_every=80,
     ),
-    # The HPD target: mpnet teacher, MiniLM-L6 student, 128-d, 200k Wikipedia sentences.
+    # The HPD target: mpnet teacher, MiniLM-L6 student, 128-d, 500k Wikipedia sentences plus the
+    # (unlabelled) STS-B train sentences, which also fit the PCA. Sized for a GPU (bf16 AMP).
     "hpd-mpnet": TrainConfig(
         teacher="all-mpnet-base-v2",
         student="all-MiniLM-L6-v2",
-        n_sentences=200_000,
+        n_sentences=500_000,
         pca_sample=100_000,
-        batch_size=64,
+        pca_fit="sts/stsbenchmark/sts-train.csv",
+        train_on_pca_texts=True,
+        batch_size=128,
         lr=1e-4,
-        epochs=1.0,
+        epochs=2.0,
         eval_every=500,
-        save_every=250,
+        save_every=500,
     ),
 }
 

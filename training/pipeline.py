@@ -19,7 +19,7 @@ from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
-from training.data.sts import find_sts_sets, load_stsb_split
+from training.data.sts import find_sts_sets, load_stsb_split, read_stsb
 from training.data.text import content_hash, read_sentences
 from training.evaluation import evaluate_pairs, evaluate_sts, sentence_transformer_encoder
 from training.losses.hpd import PCATargets, hpd_loss
@@ -53,7 +53,8 @@ def _prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) ->
     if workdir.exists() and not resume:
         raise UserError(f"unfinished run in {workdir}: pass --resume to continue it, or delete it")
     if resume and saved.exists():
-        before = json.loads(saved.read_text())
+        # Fields added since the run started count as their defaults.
+        before = {**json.loads(json.dumps(asdict(TrainConfig()))), **json.loads(saved.read_text())}
         if before != json.loads(json.dumps(asdict(cfg))):
             raise UserError(f"--resume with a different configuration than {saved}")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -70,6 +71,19 @@ def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
         augment_corpus(texts, [method], seed=cfg.seed, synonym_p=cfg.synonym_p, deletion_p=cfg.deletion_p)
         for method in cfg.augment
     ]
+
+
+def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
+    """The unique sentences (sorted) of ``cfg.pca_fit``; empty when the PCA fits on the corpus."""
+    if cfg.pca_fit == "corpus":
+        return []
+    path = resolve_data_path(cfg.pca_fit, data_dir)
+    if not path.is_file():
+        raise UserError(f"--pca-fit file not found: {path}")
+    if path.suffix == ".csv":
+        pairs = read_stsb(path)
+        return sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+    return sorted(set(read_sentences(path)))
 
 
 def _teacher_reference(teacher: Teacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
@@ -102,6 +116,7 @@ def run_training(
 
     with clock.stage("data"):
         texts = read_sentences(corpus_path, limit=cfg.n_sentences)
+        pca_texts = _pca_fit_texts(cfg, data_dir)
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
         student = build_student(
@@ -118,8 +133,12 @@ def run_training(
     with clock.stage("teacher_targets"):
         base, base_info = teacher.targets(texts)
         aug_targets = [teacher.targets(extra)[0] for extra in extra_sets]
+        pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
+    if cfg.train_on_pca_texts and pca_texts:
+        extra_sets.append(pca_texts)
+        aug_targets.append(pca_fit_targets)
     with clock.stage("pca"):
-        pca = PCATargets.fit(np.asarray(base[: cfg.pca_sample], dtype=np.float32), cfg.dim, cfg.seed)
+        pca = PCATargets.fit(np.asarray(pca_fit_targets, dtype=np.float32), cfg.dim, cfg.seed)
         all_texts = texts + [t for s in extra_sets for t in s]
         targets = torch.from_numpy(
             np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])
@@ -179,12 +198,14 @@ def run_training(
             "corpus_file_sha256": sha256_file(corpus_path),
             "sentences": len(texts),
             "sentences_sha256": content_hash(texts),
-            "augmented": {m: len(s) for m, s in zip(cfg.augment, extra_sets, strict=True)},
+            "augmented": {m: len(s) for m, s in zip(cfg.augment, extra_sets, strict=False)},
+            "pca_fit_sentences": len(pca_texts),
             "train_examples": len(all_texts),
             "sts_dir": str(sts_dir),
         },
         "pca": {
-            "sample": min(cfg.pca_sample, len(texts)),
+            "fit": cfg.pca_fit,
+            "sample": len(pca_fit_targets),
             "explained_variance": round(float(pca.explained_variance_ratio.sum()), 4),
         },
         "teacher_cache": base_info,

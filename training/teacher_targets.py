@@ -38,9 +38,14 @@ class Teacher:
         return embedding_dimension(self.model)
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        return self.model.encode(
-            texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
-        )
+        import torch
+
+        # On a GPU, fp16 autocast: targets are stored as float16 anyway.
+        with torch.autocast("cuda", dtype=torch.float16, enabled=self.device.startswith("cuda")):
+            out = self.model.encode(
+                texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False
+            )
+        return np.asarray(out, dtype=np.float32)
 
     def targets(self, texts: list[str]) -> tuple[np.ndarray, dict[str, object]]:
         """(n, d_teacher) float16 embeddings of ``texts``, computed once and cached on disk."""
