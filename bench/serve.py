@@ -244,20 +244,17 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
 
 
 def infinity(args: argparse.Namespace, sentences: list[str], ours: dict | None) -> dict[str, Any]:
-    try:
-        import infinity_emb  # noqa: F401
-    except ImportError:
-        return {"skipped": "infinity_emb is not installed (pip install 'infinity-emb[optimum,server]')"}
-    exe = shutil.which("infinity_emb", path=str(Path(sys.executable).parent)) or shutil.which("infinity_emb")
-    if exe is None:
-        return {"skipped": "infinity_emb is importable but its CLI was not found"}
+    # infinity pins its own dependency set: it may live in another virtual environment.
+    exe = args.infinity_exe or shutil.which("infinity_emb", path=str(Path(sys.executable).parent))
+    if exe is None or not Path(exe).exists():
+        return {"skipped": "infinity_emb not found (pip install 'infinity-emb[optimum,server]')"}
     port = free_port()
-    cmd = [exe, "v2", "--model-id", args.infinity_model, "--engine", "optimum", "--device", "cpu"]
+    cmd = [exe, "v2", "--model-id", args.infinity_model, "--engine", args.infinity_engine, "--device", "cpu"]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--batch-size", str(args.max_batch)]
     base = f"http://127.0.0.1:{port}"
     with server(cmd, f"{base}/health", args.log_dir / "infinity.log"):
         theirs = run_phase(base, embed_one(sentences, "/embeddings", args.infinity_model), 8, args).summary()
-    return {"model": args.infinity_model, "engine": "optimum (ONNX, quantized file preferred on CPU)",
+    return {"model": args.infinity_model, "engine": args.infinity_engine,
             "infinity_c8": theirs, "distilembed_c8": ours}  # fmt: skip
 
 
@@ -340,6 +337,8 @@ def main() -> None:
     parser.add_argument("--load", action="store_true", help="mixed-load stability run instead")
     parser.add_argument("--infinity", action="store_true", help="also measure infinity-emb, if installed")
     parser.add_argument("--infinity-model", default="sentence-transformers/all-MiniLM-L6-v2")
+    parser.add_argument("--infinity-exe", help="infinity_emb CLI (e.g. from its own virtual environment)")
+    parser.add_argument("--infinity-engine", default="optimum", help="optimum (ONNX) or torch")
     data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
     parser.add_argument("--sts-file", type=Path, default=data / "sts" / "stsbenchmark" / "sts-test.csv")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
