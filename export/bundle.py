@@ -41,9 +41,9 @@ def _optimize(raw: Path, out: Path, config: Any) -> dict[str, int]:
     """onnxruntime's transformer fusions (Attention, SkipLayerNorm, BiasGelu) on a portable graph."""
     from onnxruntime.transformers import optimizer
 
-    model_type = (
-        "bert" if config.model_type in {"bert", "mpnet", "roberta", "xlm-roberta"} else config.model_type
-    )
+    # ELECTRA (the SimTDE student) has BERT layers; onnxruntime has no fusions under its own name.
+    bert_like = {"bert", "electra", "mpnet", "roberta", "xlm-roberta"}
+    model_type = "bert" if config.model_type in bert_like else config.model_type
     optimized = optimizer.optimize_model(
         str(raw),
         model_type=model_type,

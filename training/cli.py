@@ -18,7 +18,10 @@ NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
 def train_command(
     out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
     preset: Annotated[str | None, Opt(help="smoke | hpd-mpnet; flags override it.")] = None,
-    method: Annotated[str | None, Opt(help="Distillation method: hpd.")] = None,
+    method: Annotated[
+        str | None,
+        Opt(help="Distillation method: hpd | ibkd | distilcse-kd | distilcse-ckd | simtde | congen."),
+    ] = None,
     teacher: Annotated[str | None, Opt(help="Teacher folder, packaged name or hub id.")] = None,
     student: Annotated[str | None, Opt(help="Student init folder, packaged name or hub id.")] = None,
     layers: Annotated[int | None, Opt(help="Keep only K encoder layers of the student.")] = None,
@@ -48,6 +51,29 @@ def train_command(
     seed: Annotated[int | None, Opt()] = None,
     device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
     sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
+    queue_size: Annotated[
+        int | None, Opt(help="Teacher memory bank (distilcse-ckd) / instance queue (congen) rows.")
+    ] = None,
+    temperature: Annotated[
+        float | None, Opt(help="Stage-1 temperature (default: ibkd 0.1, distilcse-ckd 0.05, congen 0.07).")
+    ] = None,
+    teacher_temperature: Annotated[float | None, Opt(help="ConGen teacher temperature (0.05).")] = None,
+    congen_views: Annotated[
+        list[str] | None, Opt("--congen-view", help="ConGen's two views: deletion, crop, synonym (x2).")
+    ] = None,
+    token_dim: Annotated[int | None, Opt(help="SimTDE token-embedding width.")] = None,
+    sentence_weight: Annotated[
+        float | None, Opt(help="SimTDE sentence-term weight (default: --dim).")
+    ] = None,
+    finetune_data: Annotated[
+        str | None, Opt(help="Stage-2 NLI triplets of ibkd / distilcse-* (csv, SNLI dir or hf:ID).")
+    ] = None,
+    finetune_epochs: Annotated[float | None, Opt(help="Stage-2 epochs.")] = None,
+    finetune_lr: Annotated[float | None, Opt(help="Stage-2 learning rate.")] = None,
+    finetune_batch_size: Annotated[int | None, Opt(help="Stage-2 batch size (triplets).")] = None,
+    finetune_max_steps: Annotated[int | None, Opt(help="Stage-2 step cap.")] = None,
+    finetune_eval_every: Annotated[int | None, Opt(help="Stage-2 steps between dev evaluations.")] = None,
+    finetune_temperature: Annotated[float | None, Opt(help="Stage-2 temperature (0.05).")] = None,
     data_dir: DataDir = None,
     resume: Annotated[bool, Opt(help="Continue an interrupted run from its last snapshot.")] = False,
     overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,

@@ -7,7 +7,8 @@ from typing import Any
 
 from distilembed.errors import UserError
 
-METHODS = ("hpd",)
+METHODS = ("hpd", "ibkd", "distilcse-kd", "distilcse-ckd", "simtde", "congen")
+TWO_STAGE = frozenset({"ibkd", "distilcse-kd", "distilcse-ckd"})
 AUGMENTATIONS = ("synonym", "deletion", "crop")
 
 
@@ -42,6 +43,26 @@ class TrainConfig:
     device: str = "auto"
     sts_dir: str = "sts"
     extra: dict[str, Any] = field(default_factory=dict)
+    # --- methods other than HPD (docs/methods.md); None means the paper's value for the method ---
+    # Teacher memory bank (distilcse-ckd) / instance queue (congen), rows.
+    queue_size: int = 16_384
+    # Stage-1 temperature: ibkd 0.1, distilcse-ckd 0.05, congen student 0.07.
+    temperature: float | None = None
+    # ConGen's teacher temperature (0.05).
+    teacher_temperature: float | None = None
+    # ConGen's two augmented views of every sentence; the teacher sees the first.
+    congen_views: tuple[str, ...] = ("deletion", "crop")
+    # SimTDE: compact token-embedding width, and the weight of the sentence term (None: dim).
+    token_dim: int = 128
+    sentence_weight: float | None = None
+    # Stage 2 of ibkd / distilcse-*: contrastive fine-tuning on NLI triplets (csv, SNLI dir or hf:ID).
+    finetune_data: str = "nli/snli_devtest_triplets.csv"
+    finetune_epochs: float = 3.0
+    finetune_lr: float = 3e-5
+    finetune_batch_size: int = 128
+    finetune_max_steps: int | None = None
+    finetune_eval_every: int = 25
+    finetune_temperature: float = 0.05
 
     def validate(self) -> TrainConfig:
         if self.method not in METHODS:
@@ -56,7 +77,29 @@ class TrainConfig:
             raise UserError("--layers must be positive")
         if self.epochs <= 0 and not self.max_steps:
             raise UserError("--epochs must be positive")
+        self._validate_method_fields()
         return self
+
+    def _validate_method_fields(self) -> None:
+        for name in ("queue_size", "finetune_batch_size", "finetune_eval_every"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be positive")
+        for name in ("temperature", "teacher_temperature", "sentence_weight", "finetune_lr", "lr"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise UserError(f"--{name.replace('_', '-')} must be positive")
+        if self.finetune_epochs <= 0 and not self.finetune_max_steps:
+            raise UserError("--finetune-epochs must be positive")
+        if self.token_dim < 2:
+            raise UserError("--token-dim must be at least 2")
+        if self.method == "congen":
+            if len(self.congen_views) != 2:
+                raise UserError(f"congen needs exactly two --congen-view, got {len(self.congen_views)}")
+            unknown = set(self.congen_views) - set(AUGMENTATIONS)
+            if unknown:
+                raise UserError(
+                    f"unknown --congen-view {sorted(unknown)} (known: {', '.join(AUGMENTATIONS)})"
+                )
 
 
 PRESETS: dict[str, TrainConfig] = {
@@ -99,6 +142,7 @@ def make_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
     base = PRESETS[preset] if preset else TrainConfig()
     names = {f.name for f in fields(TrainConfig)}
     changes = {k: v for k, v in overrides.items() if v is not None and k in names}
-    if "augment" in changes:
-        changes["augment"] = tuple(changes["augment"])
+    for name in ("augment", "congen_views"):
+        if name in changes:
+            changes[name] = tuple(changes[name])
     return replace(base, **changes).validate()

@@ -22,10 +22,11 @@ from training.config import TrainConfig
 from training.data.sts import find_sts_sets, load_stsb_split, read_stsb
 from training.data.text import content_hash, read_sentences
 from training.evaluation import evaluate_pairs, evaluate_sts, sentence_transformer_encoder
-from training.losses.hpd import PCATargets, hpd_loss
-from training.student import build_student, count_parameters, projected_embeddings
+from training.losses.hpd import PCATargets
+from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
+from training.student import count_parameters
 from training.teacher_targets import Teacher
-from training.trainer import LoopConfig, Trainer, remove_workdir, resolve_device
+from training.trainer import LoopState, Trainer, remove_workdir, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +87,86 @@ def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
     return sorted(set(read_sentences(path)))
 
 
+def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:
+    pairs = load_stsb_split(sts_dir, split)
+    return pairs, sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+
+
+def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[str, int]:
+    """Fill the target cache with what every method's run of ``cfg`` shares (corpus, augmented
+    sets, PCA-fit sentences, STS-B dev/test), so parallel runs only read it (the cache has no lock)."""
+    teacher = Teacher(cfg.teacher, device=resolve_device(cfg.device), batch_size=cfg.teacher_batch_size)
+    texts = read_sentences(resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences)
+    sets = {"corpus": texts, "pca_fit": _pca_fit_texts(cfg, data_dir)}
+    sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(texts, cfg), strict=True)}
+    sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
+    sets |= {f"stsb_{split}": _reference_sentences(sts_dir, split)[1] for split in ("dev", "test")}
+    for sentences in sets.values():
+        if sentences:
+            teacher.targets(sentences)
+    return {name: len(sentences) for name, sentences in sets.items()}
+
+
 def _teacher_reference(teacher: Teacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
     """The ceiling: the teacher's own STS-B dev/test Spearman, full-dim and after the PCA."""
     out: dict[str, float] = {}
     for split in ("dev", "test"):
-        pairs = load_stsb_split(sts_dir, split)
-        sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+        pairs, sentences = _reference_sentences(sts_dir, split)
         full = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
         for name, vectors in (("full", full), (f"pca{len(pca.components)}", pca.transform(full))):
             lookup = dict(zip(sentences, vectors, strict=True))
             score = evaluate_pairs(lambda texts, table=lookup: np.stack([table[t] for t in texts]), pairs)
             out[f"stsb_{split}_{name}"] = round(score, 2)
     return out
+
+
+def _run_stages(
+    stages: list[Stage],
+    student: Any,
+    *,
+    workdir: Path,
+    dev_score: Any,
+    clock: StageClock,
+    resume: bool,
+) -> list[tuple[Stage, Trainer, LoopState]]:
+    """Train the stages in order; stage k > 0 starts from stage k-1's best (STS-B dev) student and
+    keeps its own snapshots in ``workdir/<name>`` (stage 0 uses ``workdir`` itself), so ``--resume``
+    continues whichever stage was interrupted."""
+    from sentence_transformers import SentenceTransformer
+
+    done: list[tuple[Stage, Trainer, LoopState]] = []
+    for index, stage in enumerate(stages):
+        if done:
+            previous = SentenceTransformer(str(done[-1][1].best_dir), device=str(student.device))
+            student.load_state_dict(previous.state_dict())
+        trainer = Trainer(
+            student,
+            stage.batch_loss,
+            lengths=stage.lengths,
+            cfg=stage.loop,
+            workdir=workdir if index == 0 else workdir / stage.name,
+            dev_score=dev_score,
+            extra_params=stage.extra_params,
+            extra_state=stage.extra_state,
+        )
+        with clock.stage(stage.name):
+            state = trainer.run(resume=resume)
+        done.append((stage, trainer, state))
+    return done
+
+
+def _stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
+    return {
+        "name": stage.name,
+        "steps": state.step,
+        "best_step": state.best_step,
+        "best_dev_spearman": round(state.best_dev, 2),
+        "train_seconds": round(state.seconds, 2),
+        "examples": len(stage.lengths),
+        "batch_size": stage.loop.batch_size,
+        "lr": stage.loop.lr,
+        **stage.info,
+    }
 
 
 def run_training(
@@ -119,14 +188,7 @@ def run_training(
         pca_texts = _pca_fit_texts(cfg, data_dir)
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
-        student = build_student(
-            cfg.student,
-            cfg.dim,
-            cfg.layers,
-            max_seq_len=cfg.max_seq_len,
-            device=device,
-            freeze_embeddings=cfg.freeze_embeddings,
-        )
+        student = build_method_student(cfg, texts, device)
         teacher = Teacher(cfg.teacher, device=device, batch_size=cfg.teacher_batch_size)
     with clock.stage("augment"):
         extra_sets = _augmented(texts, cfg)
@@ -147,30 +209,17 @@ def run_training(
     with clock.stage("teacher_reference"):
         reference = _teacher_reference(teacher, pca, sts_dir)
         log.info("teacher reference: %s", reference)
-
-    def batch_loss(indices: list[int]) -> torch.Tensor:
-        emb = projected_embeddings(student, [all_texts[i] for i in indices])
-        return hpd_loss(emb.float(), targets[indices].to(emb.device))
+    with clock.stage("method_setup"):
+        inputs = MethodInputs(
+            cfg, student, teacher, all_texts, [base, *aug_targets], pca, targets, device, data_dir
+        )
+        stages = method_stages(inputs)
 
     def dev_score(model: Any) -> float:
         return evaluate_pairs(sentence_transformer_encoder(model, batch_size=128), dev_pairs)
 
-    loop_cfg = LoopConfig(
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        warmup_ratio=cfg.warmup_ratio,
-        epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        eval_every=cfg.eval_every,
-        save_every=cfg.save_every,
-        seed=cfg.seed,
-    )
-    lengths = np.array([len(t) for t in all_texts])
-    trainer = Trainer(
-        student, batch_loss, lengths=lengths, cfg=loop_cfg, workdir=workdir, dev_score=dev_score
-    )
-    with clock.stage("train"):
-        state = trainer.run(resume=resume)
+    done = _run_stages(stages, student, workdir=workdir, dev_score=dev_score, clock=clock, resume=resume)
+    _, trainer, state = done[-1]
     with clock.stage("evaluate"):
         from sentence_transformers import SentenceTransformer
 
@@ -188,7 +237,8 @@ def run_training(
         },
         "student": {
             "init": cfg.student,
-            "layers": cfg.layers,
+            "encoder": best[0].auto_model.config.model_type,
+            "layers": student_layers(cfg),
             "params": count_parameters(best),
             "dim": cfg.dim,
             "max_seq_len": cfg.max_seq_len,
@@ -215,12 +265,17 @@ def run_training(
             "device": device,
             "best_dev_spearman": round(state.best_dev, 2),
         },
+        "stages": [_stage_report(stage, st) for stage, _, st in done],
         "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
         "sts_subsets": sts["subsets"],
         "seconds": clock.seconds,
     }
+    curve, offset = [], 0
+    for stage, _, st in done:  # one curve, steps counted across the stages
+        curve += [{**point, "step": point["step"] + offset, "stage": stage.name} for point in st.curve]
+        offset += st.step
     with clock.stage("save"):
-        write_checkpoint(trainer.best_dir, out, manifest, state.curve, overwrite=overwrite)
+        write_checkpoint(trainer.best_dir, out, manifest, curve, overwrite=overwrite)
     remove_workdir(workdir)
     manifest["seconds"] = clock.seconds
     return manifest

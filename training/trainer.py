@@ -85,10 +85,14 @@ class Trainer:
         workdir: Path,
         dev_score: DevScore | None = None,
         extra_params: list[torch.nn.Parameter] | None = None,
+        extra_state: torch.nn.Module | None = None,
     ) -> None:
+        """``extra_params``: trained beside the student (loss heads); ``extra_state``: a module whose
+        whole state_dict (e.g. a loss's memory-bank buffers) is snapshotted and restored on resume."""
         self.student, self.batch_loss, self.lengths, self.cfg = student, batch_loss, lengths, cfg
         self.workdir, self.dev_score = workdir, dev_score
         self.extra = extra_params or []
+        self.extra_state = extra_state
         self.batches_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
         self.total_steps = cfg.max_steps or max(1, round(self.batches_per_epoch * cfg.epochs))
         params = [p for p in student.parameters() if p.requires_grad] + self.extra
@@ -127,6 +131,7 @@ class Trainer:
                     "scheduler": self.scheduler.state_dict(),
                     "scaler": self.scaler.state_dict(),
                     "extra": [p.detach().cpu() for p in self.extra],
+                    "extra_state": None if self.extra_state is None else self.extra_state.state_dict(),
                     "torch_rng": torch.get_rng_state(),
                     "py_rng": random.getstate(),
                 },
@@ -145,6 +150,8 @@ class Trainer:
         with torch.no_grad():
             for param, saved in zip(self.extra, blob["extra"], strict=True):
                 param.copy_(saved.to(param.device))
+        if self.extra_state is not None and blob.get("extra_state") is not None:
+            self.extra_state.load_state_dict(blob["extra_state"])
         torch.set_rng_state(blob["torch_rng"])
         random.setstate(blob["py_rng"])
         self.state = LoopState(**json.loads((self.state_dir / "loop.json").read_text()))

@@ -16,6 +16,11 @@ layer), not the final hidden states: the paper distils no hidden states, and its
 ("+ hidden states distillation") loses 0.8 points. MSE is the mean over elements; L_TE averages
 over the real tokens only (padding masked out). The student architecture is in
 ``training/simtde_student.py``.
+
+``sentence_weight`` (default 1, the paper) multiplies L_SE. Our sentence targets are the teacher's
+PCA-d coordinates, whose per-element MSE is about 1/d of HPD's summed squared error, so the token
+term would dominate; the training pipeline passes ``sentence_weight = d`` (L_SE summed over the d
+dimensions, HPD's eq. 2 scale) unless told otherwise.
 """
 
 from __future__ import annotations
@@ -53,8 +58,9 @@ def simtde_loss(
     teacher_sentence: torch.Tensor,
     *,
     alpha: float = ALPHA,
+    sentence_weight: float = 1.0,
 ) -> torch.Tensor:
-    """Eq. 5: ``alpha * L_TE + (1 - alpha) * L_SE``; sentences are (B, d) and (B, d)."""
+    """Eq. 5: ``alpha * L_TE + (1 - alpha) * sentence_weight * L_SE``; sentences are (B, d) and (B, d)."""
     if student_sentence.shape != teacher_sentence.shape:
         raise ValueError(
             f"student sentences {tuple(student_sentence.shape)} and teacher "
@@ -62,15 +68,15 @@ def simtde_loss(
         )
     token_term = masked_token_mse(student_tokens, teacher_tokens, attention_mask)
     sentence_term = F.mse_loss(student_sentence, teacher_sentence)
-    return alpha * token_term + (1 - alpha) * sentence_term
+    return alpha * token_term + (1 - alpha) * sentence_weight * sentence_term
 
 
 class SimTDELoss(nn.Module):
-    """Eq. 5 with a fixed alpha; inputs as :func:`simtde_loss`, cast to float32."""
+    """Eq. 5 with a fixed alpha and sentence weight; inputs as :func:`simtde_loss`, cast to float32."""
 
-    def __init__(self, alpha: float = ALPHA) -> None:
+    def __init__(self, alpha: float = ALPHA, sentence_weight: float = 1.0) -> None:
         super().__init__()
-        self.alpha = alpha
+        self.alpha, self.sentence_weight = alpha, sentence_weight
 
     def forward(
         self,
@@ -87,4 +93,5 @@ class SimTDELoss(nn.Module):
             student_sentence.float(),
             teacher_sentence.float(),
             alpha=self.alpha,
+            sentence_weight=self.sentence_weight,
         )

@@ -1,0 +1,237 @@
+"""Train, export and compare every distillation method under one budget, in one command.
+
+For each method: ``distilembed train --method M`` (skipped when RUNS/M/manifest.json exists, resumed
+when RUNS/M.partial does), then ``distilembed export`` (skipped when the bundle exists). Writes a JSON
+file and the "Results" table of docs/methods.md (between its markers) and prints the table.
+
+    python bench/methods.py --preset hpd-mpnet --teacher /models/all-mpnet-base-v2 \\
+        --student /models/all-MiniLM-L6-v2 --corpus unlabeled/wiki500k.txt.gz \\
+        --n-sentences 500000 --epochs 2 --batch-size 128 --lr 2e-4 --device cuda --jobs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from training.config import METHODS  # noqa: E402
+
+START, END = "<!-- methods-results:start -->", "<!-- methods-results:end -->"
+# Flags passed to every ``distilembed train`` unchanged: (flag, type, help).
+PASS_THROUGH: tuple[tuple[str, type, str], ...] = (
+    ("--preset", str, "training preset the flags override (e.g. hpd-mpnet)"),
+    ("--teacher", str, "teacher folder, packaged name or hub id"),
+    ("--student", str, "student init folder, packaged name or hub id"),
+    ("--corpus", str, "unlabelled corpus, relative to --data-dir"),
+    ("--n-sentences", int, "first N corpus sentences"),
+    ("--epochs", float, "stage-1 epochs"),
+    ("--max-steps", int, "stage-1 step cap"),
+    ("--batch-size", int, "stage-1 batch size"),
+    ("--lr", float, "stage-1 learning rate"),
+    ("--eval-every", int, "steps between STS-B dev evaluations"),
+    ("--save-every", int, "steps between resumable snapshots"),
+    ("--max-seq-len", int, "student max sequence length"),
+    ("--teacher-batch-size", int, "teacher encoding batch size"),
+    ("--device", str, "auto | cpu | cuda"),
+    ("--finetune-max-steps", int, "stage-2 step cap (ibkd, distilcse-*)"),
+    ("--finetune-epochs", float, "stage-2 epochs (ibkd, distilcse-*)"),
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), help="default: all six")
+    for flag, kind, text in PASS_THROUGH:
+        parser.add_argument(flag, type=kind, help=text)
+    parser.add_argument("--train-arg", action="append", default=[], help="extra train flag (repeatable)")
+    parser.add_argument("--jobs", type=int, default=1, help="methods trained at the same time")
+    parser.add_argument("--runs-dir", default="runs/methods", help="checkpoints, bundles and logs")
+    parser.add_argument("--data-dir", default=os.environ.get("DISTILEMBED_DATA_DIR"))
+    parser.add_argument("--no-export", action="store_true", help="skip the ONNX bundles")
+    parser.add_argument("--export-arg", action="append", default=[], help="extra export flag (repeatable)")
+    parser.add_argument("--out", default="bench/results/methods.json")
+    parser.add_argument("--doc", default="docs/methods.md", help="markdown file whose Results it rewrites")
+    args = parser.parse_args(argv)
+    unknown = [m for m in args.methods if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown method {unknown[0]!r} (known: {', '.join(METHODS)})")
+    if args.jobs < 1:
+        parser.error("--jobs must be positive")
+    return args
+
+
+def train_flags(args: argparse.Namespace) -> list[str]:
+    flags: list[str] = []
+    for flag, _, _ in PASS_THROUGH:
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value is not None:
+            flags += [flag, str(value)]
+    return flags + [a for arg in args.train_arg for a in arg.split()]
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str]) -> tuple[int, float]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("a") as handle:
+        handle.write(f"$ {' '.join(cmd)}\n")
+        handle.flush()
+        rc = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, check=False).returncode
+    return rc, round(time.perf_counter() - start, 1)
+
+
+def run_method(method: str, args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    """Train (or resume, or skip) then export one method; returns what happened."""
+    runs = Path(args.runs_dir)
+    ckpt, bundle, logs = runs / method, runs / "bundles" / method, runs / "logs"
+    env = dict(os.environ)
+    if args.data_dir:
+        env["DISTILEMBED_DATA_DIR"] = str(args.data_dir)
+    cli = [sys.executable, "-m", "distilembed.cli"]
+    status: dict[str, Any] = {"checkpoint": str(ckpt), "bundle": None}
+    if (ckpt / "manifest.json").exists():
+        status["train"] = "existing"
+    else:
+        cmd = [*cli, "train", "--method", method, "--out", str(ckpt), *train_flags(args)]
+        if ckpt.with_name(ckpt.name + ".partial").exists():
+            cmd.append("--resume")
+        console.print(f"[bold]{method}[/]: training, log {logs / f'{method}.train.log'}")
+        rc, seconds = _run(cmd, logs / f"{method}.train.log", env)
+        status["train"] = "ok" if rc == 0 else f"failed (rc {rc})"
+        status["train_command_seconds"] = seconds
+        if rc != 0:
+            console.print(f"[red]{method}: training failed (rc {rc}), see {logs / f'{method}.train.log'}[/]")
+            return status
+    if args.no_export:
+        return status
+    if not (bundle / "manifest.json").exists():
+        extra = [a for arg in args.export_arg for a in arg.split()]
+        cmd = [*cli, "export", "--model", str(ckpt), "--out", str(bundle), "--overwrite", *extra]
+        console.print(f"[bold]{method}[/]: exporting")
+        rc, _ = _run(cmd, logs / f"{method}.export.log", env)
+        if rc != 0:
+            status["export"] = f"failed (rc {rc}), see {logs / f'{method}.export.log'}"
+            console.print(f"[red]{method}: export {status['export']}[/]")
+            return status
+    status["export"] = "ok"
+    status["bundle"] = str(bundle)
+    return status
+
+
+def warm_cache(args: argparse.Namespace) -> None:
+    """Parallel runs would fill the same (unlocked) teacher-target cache; fill it once first."""
+    from training.config import make_config
+    from training.pipeline import warm_teacher_targets
+
+    overrides = {
+        flag.removeprefix("--").replace("-", "_"): getattr(args, flag.removeprefix("--").replace("-", "_"))
+        for flag, _, _ in PASS_THROUGH
+        if flag != "--preset"
+    }
+    cfg = make_config(args.preset, overrides)
+    print("warming the teacher-target cache:", warm_teacher_targets(cfg, args.data_dir), flush=True)
+
+
+def collect(method: str, status: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"method": method, **status}
+    ckpt = Path(status["checkpoint"]) / "manifest.json"
+    if not ckpt.exists():
+        return row
+    manifest = json.loads(ckpt.read_text())
+    seconds = manifest.get("seconds", {})
+    stage_names = [s["name"] for s in manifest.get("stages", [{"name": "train"}])]
+    row |= {
+        "stsb_test": manifest["scores"].get("STS-B"),
+        "sts_avg": manifest["scores"].get("Avg."),
+        "scores": manifest["scores"],
+        "best_dev": manifest["training"]["best_dev_spearman"],
+        "params": manifest["student"]["params"],
+        "dim": manifest["student"]["dim"],
+        "train_seconds": round(sum(seconds.get(n, 0.0) for n in stage_names), 1),
+        "total_seconds": round(sum(seconds.values()), 1),
+        "stages": manifest.get("stages", []),
+        "device": manifest["training"].get("device"),
+        "teacher_reference": manifest["teacher"].get("reference", {}),
+    }
+    if status.get("bundle"):
+        parity = json.loads((Path(status["bundle"]) / "manifest.json").read_text()).get("parity", {})
+        row |= {"bundle_stsb_test_int8": parity.get("stsb_test_int8"), "bundle_parity": parity}
+    return row
+
+
+COLUMNS = (
+    ("method", "method", "{}"),
+    ("STS-B test (PyTorch)", "stsb_test", "{:.2f}"),
+    ("STS-B test (int8 bundle)", "bundle_stsb_test_int8", "{:.2f}"),
+    ("params", "params", "{:,}"),
+    ("dim", "dim", "{}"),
+    ("train wall-clock (s)", "train_seconds", "{:.0f}"),
+    ("best STS-B dev", "best_dev", "{:.2f}"),
+)
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    return ["-" if row.get(key) is None else fmt.format(row[key]) for _, key, fmt in COLUMNS]
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| " + " | ".join(name for name, _, _ in COLUMNS) + " |"]
+    lines.append("| --- |" + " ---: |" * (len(COLUMNS) - 1))
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def rewrite_doc(doc: Path, table: str, note: str) -> None:
+    text = doc.read_text() if doc.exists() else f"# Methods\n\n## Results\n\n{START}\n{END}\n"
+    if START not in text or END not in text:
+        text = text.rstrip("\n") + f"\n\n## Results\n\n{START}\n{END}\n"
+    head, rest = text.split(START, 1)
+    tail = rest.split(END, 1)[1]
+    doc.write_text(f"{head}{START}\n{note}\n\n{table}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console()
+    todo = [m for m in args.methods if not (Path(args.runs_dir) / m / "manifest.json").exists()]
+    if args.jobs > 1 and len(todo) > 1:
+        warm_cache(args)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        statuses = dict(
+            zip(args.methods, pool.map(lambda m: run_method(m, args, console), args.methods), strict=True)
+        )
+    rows = [collect(m, statuses[m]) for m in args.methods]
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python bench/methods.py", *(argv if argv is not None else sys.argv[1:])])
+    out.write_text(json.dumps({"command": command, "train_flags": train_flags(args), "rows": rows}, indent=2))
+    note = f"Measured by `{command}` ({time.strftime('%Y-%m-%d')}); raw figures in `{out.as_posix()}`."
+    rewrite_doc(Path(args.doc), markdown_table(rows), note)
+    table = Table(title="distillation methods, one budget")
+    for name, _, _ in COLUMNS:
+        table.add_column(name, justify="left" if name == "method" else "right")
+    for row in rows:
+        table.add_row(*_cells(row))
+    console.print(table)
+    console.print(f"wrote {out} and the Results of {args.doc}")
+    failed = [r["method"] for r in rows if "stsb_test" not in r or str(r.get("export", "ok")) != "ok"]
+    if failed:
+        console.print(f"[red]incomplete: {', '.join(failed)} (logs in {Path(args.runs_dir) / 'logs'})[/]")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

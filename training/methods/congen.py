@@ -1,0 +1,84 @@
+"""ConGen (Limkonchotiwat et al., Findings of EMNLP 2022): control and generalisation distillation.
+
+Each training sentence x gives two augmented views x_1 = T(x), x_2 = T'(x); the teacher embeds x_1
+(z_ref^T, through the target cache), the student both (z_con^S, z_gen^S). With the instance queue D
+of teacher embeddings and ``p(z, D, tau)_j = softmax_j(cos(z, d_j) / tau)`` (eq. 1), eq. 2::
+
+    L = alpha * CE(P_ref^T, P_con^S) + (1 - alpha) * CE(P_ref^T, P_gen^S)
+
+What we implement (:mod:`training.losses.congen`): the teacher side is the teacher's fixed PCA-d
+embedding (HPD's targets), so the student's saved d-dim output is compared with the queue directly
+and no Linear+Tanh head is needed; D is prefilled with the PCA-d targets of random training
+sentences (section 4.1) and is FIFO. Deviation: the views are word deletion / crop (``congen_views``;
+the paper back-translates, and its Table 6 finds deletion and synonym replacement nearly as good).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+from training.augment import augment_sentence, ensure_wordnet
+from training.losses.congen import STUDENT_TAU, TEACHER_TAU, ConGenLoss
+from training.methods.base import MethodInputs, Stage, distill_loop, encode_features, pick, text_lengths
+
+
+def aligned_views(texts: list[str], method: str, seed: int, deletion_p: float, synonym_p: float) -> list[str]:
+    """One augmented view per sentence, in order (unlike ``augment_corpus``, unchanged views stay)."""
+    wordnet = ensure_wordnet() if method == "synonym" else None
+    return [
+        augment_sentence(
+            text,
+            method,
+            random.Random(f"{seed}/{method}/{index}"),
+            synonym_p=synonym_p,
+            deletion_p=deletion_p,
+            wordnet=wordnet,
+        )
+        for index, text in enumerate(texts)
+    ]
+
+
+def congen_stage(inp: MethodInputs) -> Stage:
+    cfg, student = inp.cfg, inp.student
+    first, second = cfg.congen_views
+    view1 = aligned_views(inp.texts, first, cfg.seed, cfg.deletion_p, cfg.synonym_p)
+    view2 = aligned_views(inp.texts, second, cfg.seed + 1, cfg.deletion_p, cfg.synonym_p)
+    view1_full, view1_info = inp.teacher.targets(view1)
+    reference = torch.from_numpy(inp.pca.transform(view1_full))  # z_ref^T, PCA-d
+    loss = ConGenLoss(
+        cfg.dim,
+        cfg.dim,
+        teacher_tau=pick(cfg.teacher_temperature, TEACHER_TAU),
+        student_tau=pick(cfg.temperature, STUDENT_TAU),
+        queue_size=cfg.queue_size,
+    ).to(inp.device)
+    rng = np.random.default_rng(cfg.seed)
+    sample = rng.choice(len(inp.texts), size=min(cfg.queue_size, len(inp.texts)), replace=False)
+    loss.prefill(inp.pca_targets[torch.from_numpy(np.sort(sample))].to(inp.device))
+
+    def batch_loss(indices: list[int]) -> torch.Tensor:
+        texts = [view1[i] for i in indices] + [view2[i] for i in indices]
+        _, emb = encode_features(student, texts)  # both views in one pass
+        control, general = emb.split(len(indices))
+        return loss(control, general, reference[indices].to(emb.device))
+
+    return Stage(
+        "train",
+        batch_loss,
+        text_lengths(inp.texts),
+        distill_loop(cfg),
+        extra_params=list(loss.parameters()),
+        extra_state=loss,
+        info={
+            "targets": "pca",
+            "views": list(cfg.congen_views),
+            "teacher_tau": loss.teacher_tau,
+            "student_tau": loss.student_tau,
+            "queue_size": cfg.queue_size,
+            "prefill": len(sample),
+            "view1_cache": view1_info,
+        },
+    )

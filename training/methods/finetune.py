@@ -1,0 +1,66 @@
+"""Stage 2 of IBKD and DistilCSE: supervised contrastive fine-tuning of the student on NLI triplets
+(anchor, entailment as positive, contradiction as hard negative); the teacher is no longer used.
+
+- DistilCSE (Wu et al. 2021), section 3.2, eq. 7 (supervised SimCSE)::
+
+      L_CL = -log( e^{f(h_i, h_i^+)/tau} / sum_j (e^{f(h_i, h_j^+)/tau} + e^{f(h_i, h_j^-)/tau}) )
+
+- IBKD (Zhang et al. 2023), eq. 9-10: the same InfoNCE with hard negatives plus
+  ``beta2 * HSIC(X, S)`` over every sentence of the batch (anchors, positives, negatives).
+
+The student starts from the best stage-1 checkpoint (STS-B dev) and keeps its d-dim projection
+(IBKD's "dimension reduction" variant: the projection exists from stage 1 on, not only in stage 2).
+Deviation: one hard negative per anchor (the triplet file has one); IBKD used 8 for retrieval.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from distilembed.errors import UserError
+from training.data.pairs import Triplet, load_triplets
+from training.losses.distilcse import ContrastiveFinetuneLoss
+from training.losses.ibkd import IBKDFinetuneLoss, input_representation
+from training.methods.base import MethodInputs, Stage, encode_features, finetune_loop, text_lengths
+
+
+def load_finetune_triplets(inp: MethodInputs) -> list[Triplet]:
+    triplets = load_triplets(inp.cfg.finetune_data, inp.data_dir)
+    if not triplets:
+        raise UserError(f"no triplets in --finetune-data {inp.cfg.finetune_data}")
+    return triplets
+
+
+def nli_finetune_stage(inp: MethodInputs, with_hsic: bool) -> Stage:
+    """Eq. 7 (DistilCSE) or eq. 9 (IBKD, ``with_hsic``) over batches of triplets."""
+    cfg, student = inp.cfg, inp.student
+    triplets = load_finetune_triplets(inp)
+    tau = cfg.finetune_temperature
+    ibkd = IBKDFinetuneLoss(tau=tau)
+    simcse = ContrastiveFinetuneLoss(tau=tau)
+    encoder = student[0].auto_model
+
+    def batch_loss(indices: list[int]) -> torch.Tensor:
+        rows = [triplets[i] for i in indices]
+        texts = [r.anchor for r in rows] + [r.positive for r in rows] + [r.negative for r in rows]
+        features, emb = encode_features(student, texts)  # one pass over all 3n sentences
+        anchor, positive, negative = emb.split(len(rows))
+        if with_hsic:
+            return ibkd(anchor, positive, negative, input_representation(encoder, features), emb)
+        return simcse(anchor, positive, negative)
+
+    info = {
+        "data": cfg.finetune_data,
+        "triplets": len(triplets),
+        "loss": "ibkd-eq9" if with_hsic else "simcse-eq7",
+        "tau": tau,
+    }
+    if with_hsic:
+        info["beta2"] = ibkd.beta
+    return Stage(
+        "finetune",
+        batch_loss,
+        text_lengths([t.anchor for t in triplets]),
+        finetune_loop(cfg),
+        info=info,
+    )
