@@ -103,6 +103,14 @@ def test_interrupted_second_stage_resumes(tiny_teacher, tiny_bert, nli_data, tmp
     assert SentenceTransformer(str(out)).encode(["the dog ."]).shape == (1, 8)
 
 
+def test_congen_identity_view_reuses_training_targets(tiny_teacher, tiny_bert, nli_data, tmp_path) -> None:
+    cfg = _cfg(tiny_teacher, tiny_bert, "congen", congen_views=["none", "deletion"])
+    saved = run_training(cfg, tmp_path / "congen", data_dir=str(nli_data))
+    stage = saved["stages"][0]
+    assert stage["views"] == ["none", "deletion"]
+    assert stage["view1_cache"] == {"reused": "training targets"}  # no second teacher pass
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -112,6 +120,7 @@ def test_interrupted_second_stage_resumes(tiny_teacher, tiny_bert, nli_data, tmp
         ({"queue_size": 0}, "--queue-size must be positive"),
         ({"temperature": 0.0}, "--temperature must be positive"),
         ({"token_dim": 1}, "--token-dim"),
+        ({"init_projection": "pca"}, "unknown --init-projection"),
     ],
 )
 def test_config_rejects_bad_method_settings(overrides, message) -> None:

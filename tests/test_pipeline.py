@@ -42,7 +42,7 @@ def test_train_writes_loadable_checkpoint(tiny_teacher, tiny_bert, tiny_data, tm
     assert np.linalg.norm(emb) == pytest.approx(1.0, abs=1e-5)
     saved = json.loads((out / "manifest.json").read_text())
     assert saved["kind"] == "checkpoint" and saved["method"] == "hpd"
-    assert saved["training"]["steps"] == 6 and saved["training"]["best_step"] in {3, 6}
+    assert saved["training"]["steps"] == 6 and saved["training"]["best_step"] in {0, 3, 6}
     assert set(saved["seconds"]) >= {"data", "teacher_targets", "pca", "train", "evaluate"}
     assert saved["data"]["sentences"] == 120 and len(saved["data"]["sentences_sha256"]) == 64
     assert "STS-B" in saved["scores"] and "stsb_test_pca8" in saved["teacher"]["reference"]

@@ -17,7 +17,7 @@ NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
 
 def train_command(
     out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
-    preset: Annotated[str | None, Opt(help="smoke | hpd-mpnet; flags override it.")] = None,
+    preset: Annotated[str | None, Opt(help="smoke | hpd-mpnet | hpd-mpnet-cpu; flags override it.")] = None,
     method: Annotated[
         str | None,
         Opt(help="Distillation method: hpd | ibkd | distilcse-kd | distilcse-ckd | simtde | congen."),
@@ -28,6 +28,12 @@ def train_command(
     dim: Annotated[int | None, Opt(help="Output dimension of the learnable projection.")] = None,
     freeze_embeddings: Annotated[
         bool | None, Opt("--freeze-embeddings/--train-embeddings", help="Keep word embeddings fixed.")
+    ] = None,
+    init_projection: Annotated[
+        str | None, Opt(help="random | ridge: fit the projection onto the targets before training.")
+    ] = None,
+    projection_sample: Annotated[
+        int | None, Opt(help="Training sentences the ridge warm start is fitted on.")
     ] = None,
     corpus: Annotated[str | None, Opt(help="Unlabeled corpus (.txt / .txt.gz).")] = None,
     n_sentences: Annotated[int | None, Opt(help="Use the first N sentences of the corpus.")] = None,
@@ -59,7 +65,7 @@ def train_command(
     ] = None,
     teacher_temperature: Annotated[float | None, Opt(help="ConGen teacher temperature (0.05).")] = None,
     congen_views: Annotated[
-        list[str] | None, Opt("--congen-view", help="ConGen's two views: deletion, crop, synonym (x2).")
+        list[str] | None, Opt("--congen-view", help="ConGen's two views: none, deletion, crop, synonym (x2).")
     ] = None,
     token_dim: Annotated[int | None, Opt(help="SimTDE token-embedding width.")] = None,
     sentence_weight: Annotated[

@@ -10,6 +10,9 @@ from distilembed.errors import UserError
 METHODS = ("hpd", "ibkd", "distilcse-kd", "distilcse-ckd", "simtde", "congen")
 TWO_STAGE = frozenset({"ibkd", "distilcse-kd", "distilcse-ckd"})
 AUGMENTATIONS = ("synonym", "deletion", "crop")
+# ConGen's views may also be the sentence itself ("none"), whose teacher targets are already cached.
+CONGEN_VIEWS = ("none", *AUGMENTATIONS)
+PROJECTION_INITS = ("random", "ridge")
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,10 @@ class TrainConfig:
     layers: int | None = None
     freeze_embeddings: bool = False
     dim: int = 128
+    # "random" (the papers) or "ridge": fit the projection onto the PCA targets before training
+    # (training/projection_init.py), on a sample of projection_sample training sentences.
+    init_projection: str = "random"
+    projection_sample: int = 10_000
     corpus: str = "unlabeled/enwiki2015_1m_sentences.txt.gz"
     n_sentences: int = 200_000
     pca_sample: int = 100_000
@@ -77,6 +84,12 @@ class TrainConfig:
             raise UserError("--layers must be positive")
         if self.epochs <= 0 and not self.max_steps:
             raise UserError("--epochs must be positive")
+        if self.init_projection not in PROJECTION_INITS:
+            raise UserError(
+                f"unknown --init-projection {self.init_projection!r} (known: {', '.join(PROJECTION_INITS)})"
+            )
+        if self.projection_sample < 2:
+            raise UserError("--projection-sample must be at least 2")
         self._validate_method_fields()
         return self
 
@@ -95,11 +108,9 @@ class TrainConfig:
         if self.method == "congen":
             if len(self.congen_views) != 2:
                 raise UserError(f"congen needs exactly two --congen-view, got {len(self.congen_views)}")
-            unknown = set(self.congen_views) - set(AUGMENTATIONS)
+            unknown = set(self.congen_views) - set(CONGEN_VIEWS)
             if unknown:
-                raise UserError(
-                    f"unknown --congen-view {sorted(unknown)} (known: {', '.join(AUGMENTATIONS)})"
-                )
+                raise UserError(f"unknown --congen-view {sorted(unknown)} (known: {', '.join(CONGEN_VIEWS)})")
 
 
 PRESETS: dict[str, TrainConfig] = {
@@ -131,6 +142,23 @@ PRESETS: dict[str, TrainConfig] = {
         epochs=2.0,
         eval_every=500,
         save_every=500,
+    ),
+    # The same recipe sized for the 2-core CPU: the minimum of 200k Wikipedia sentences plus
+    # the STS-B train sentences, one epoch of 64, and a ridge warm start of the projection so that
+    # the short run is spent on the encoder (docs/decisions.md, decision 11).
+    "hpd-mpnet-cpu": TrainConfig(
+        teacher="all-mpnet-base-v2",
+        student="all-MiniLM-L6-v2",
+        n_sentences=200_000,
+        pca_fit="sts/stsbenchmark/sts-train.csv",
+        train_on_pca_texts=True,
+        init_projection="ridge",
+        teacher_batch_size=16,
+        batch_size=64,
+        lr=1.5e-4,
+        epochs=1.0,
+        eval_every=250,
+        save_every=250,
     ),
 }
 

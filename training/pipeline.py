@@ -120,6 +120,25 @@ def _teacher_reference(teacher: Teacher, pca: PCATargets, sts_dir: Path) -> dict
     return out
 
 
+def _warm_start_projection(
+    cfg: TrainConfig, student: Any, texts: list[str], targets: torch.Tensor, *, workdir: Path, resume: bool
+) -> dict[str, Any] | None:
+    """``--init-projection ridge``: fit the student's projection before training (skipped when a
+    resumed run has a snapshot, whose weights replace it anyway). The report goes in the manifest."""
+    report_path = workdir / "projection_init.json"
+    if cfg.init_projection != "ridge":
+        return None
+    if resume and (workdir / "state" / "loop.json").exists() and report_path.exists():
+        return json.loads(report_path.read_text())
+    from training.projection_init import init_projection
+
+    rng = np.random.default_rng(cfg.seed)
+    sample = np.sort(rng.choice(len(texts), size=min(cfg.projection_sample, len(texts)), replace=False))
+    report = init_projection(student, [texts[i] for i in sample], targets[torch.from_numpy(sample)].numpy())
+    atomic_write_json(report_path, report)
+    return report
+
+
 def _run_stages(
     stages: list[Stage],
     student: Any,
@@ -209,6 +228,8 @@ def run_training(
     with clock.stage("teacher_reference"):
         reference = _teacher_reference(teacher, pca, sts_dir)
         log.info("teacher reference: %s", reference)
+    with clock.stage("projection_init"):
+        projection = _warm_start_projection(cfg, student, all_texts, targets, workdir=workdir, resume=resume)
     with clock.stage("method_setup"):
         inputs = MethodInputs(
             cfg, student, teacher, all_texts, [base, *aug_targets], pca, targets, device, data_dir
@@ -253,6 +274,7 @@ def run_training(
             "train_examples": len(all_texts),
             "sts_dir": str(sts_dir),
         },
+        "projection_init": projection,
         "pca": {
             "fit": cfg.pca_fit,
             "sample": len(pca_fit_targets),

@@ -198,6 +198,8 @@ class Trainer:
         if resume and (self.state_dir / "loop.json").exists():
             self.load_state()
         self.student.train()
+        if self.state.step == 0 and not self.state.curve:
+            self._evaluate()  # the starting point: the init (or the previous stage's best) competes too
         start, window = time.perf_counter() - self.state.seconds, []
         bar = tqdm(
             total=self.total_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True

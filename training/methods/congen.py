@@ -11,6 +11,8 @@ embedding (HPD's targets), so the student's saved d-dim output is compared with 
 and no Linear+Tanh head is needed; D is prefilled with the PCA-d targets of random training
 sentences (section 4.1) and is FIFO. Deviation: the views are word deletion / crop (``congen_views``;
 the paper back-translates, and its Table 6 finds deletion and synonym replacement nearly as good).
+A view may also be ``none`` (the sentence itself): with ``none`` as the teacher's view its targets
+are the training targets already cached, which saves a whole teacher pass over the corpus.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from training.methods.base import MethodInputs, Stage, distill_loop, encode_feat
 
 
 def aligned_views(texts: list[str], method: str, seed: int, deletion_p: float, synonym_p: float) -> list[str]:
-    """One augmented view per sentence, in order (unlike ``augment_corpus``, unchanged views stay)."""
+    """One augmented view per sentence, in order (unlike ``augment_corpus``, unchanged views stay);
+    ``none`` is the sentence itself."""
+    if method == "none":
+        return list(texts)
     wordnet = ensure_wordnet() if method == "synonym" else None
     return [
         augment_sentence(
@@ -46,8 +51,11 @@ def congen_stage(inp: MethodInputs) -> Stage:
     first, second = cfg.congen_views
     view1 = aligned_views(inp.texts, first, cfg.seed, cfg.deletion_p, cfg.synonym_p)
     view2 = aligned_views(inp.texts, second, cfg.seed + 1, cfg.deletion_p, cfg.synonym_p)
-    view1_full, view1_info = inp.teacher.targets(view1)
-    reference = torch.from_numpy(inp.pca.transform(view1_full))  # z_ref^T, PCA-d
+    if first == "none":  # the teacher's view is the sentence itself: its targets are the training ones
+        reference, view1_info = inp.pca_targets, {"reused": "training targets"}
+    else:
+        view1_full, view1_info = inp.teacher.targets(view1)
+        reference = torch.from_numpy(inp.pca.transform(view1_full))  # z_ref^T, PCA-d
     loss = ConGenLoss(
         cfg.dim,
         cfg.dim,
