@@ -26,11 +26,11 @@ from distilembed.artifacts import (
     tool_versions,
 )
 from distilembed.errors import UserError
-from export.runtime import Encoder
+from export.runtime import Encoder, verify_bundle
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
 from index.live import INDEX_FILE, STORE_FILE
 from index.store import Document, DocumentStore
-from index.vectors import add, build_index, plan_index, save_index
+from index.vectors import IndexPlan, add, build_index, plan_index, save_index
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,55 @@ def _check_resume(work: Path, identity: dict[str, Any]) -> None:
     atomic_write_json(saved, identity)
 
 
+def _index_manifest(
+    cfg: BuildConfig,
+    bundle_sha: str,
+    *,
+    dim: int,
+    plan: IndexPlan,
+    ntotal: int,
+    corpus: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "kind": "index",
+        "created": now_iso(),
+        "git_commit": git_commit(),
+        "versions": tool_versions("faiss-cpu", "onnxruntime", "distilembed"),
+        "bundle": {
+            "path": str(Path(cfg.bundle).resolve()),
+            "manifest_sha256": bundle_sha,
+            "variant": cfg.variant,
+        },
+        "corpus": corpus,
+        "dim": dim,
+        "index_type": plan.kind,
+        "nlist": plan.nlist,
+        "nprobe": cfg.nprobe,
+        "plan": plan.reason,
+        "ntotal": ntotal,
+        "metric": "inner_product",
+    }
+
+
+def create_empty(cfg: BuildConfig, overwrite: bool = False) -> dict[str, Any]:
+    """An empty live index for ``cfg.bundle`` (exact search; documents arrive by upsert). For a large
+    corpus, ``build`` it instead: IVF needs vectors to train on."""
+    out = Path(cfg.out)
+    if out.exists() and not overwrite:
+        raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
+    bundle = verify_bundle(Path(cfg.bundle), [])
+    dim = int(bundle["dim"])
+    plan = IndexPlan("flat", 0, "created empty: exact search; rebuild as IVF once the corpus is large")
+    with atomic_directory(out, overwrite=overwrite) as tmp:
+        DocumentStore(tmp / STORE_FILE).close()
+        save_index(build_index(np.zeros((0, dim), dtype=np.float32), plan), tmp / INDEX_FILE)
+        manifest = _index_manifest(
+            cfg, sha256_file(Path(cfg.bundle) / "manifest.json"), dim=dim, plan=plan, ntotal=0, corpus=None
+        )
+        atomic_write_json(tmp / "manifest.json", manifest)
+    return manifest
+
+
 def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[str, Any]:
     out = Path(cfg.out)
     if out.exists() and not overwrite:
@@ -128,17 +177,13 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
         add(index, vectors, np.asarray(ids, dtype=np.int64))
         save_index(index, tmp / INDEX_FILE)
         total = time.perf_counter() - start
-        manifest = {
-            "kind": "index",
-            "created": now_iso(),
-            "git_commit": git_commit(),
-            "versions": tool_versions("faiss-cpu", "onnxruntime", "distilembed"),
-            "bundle": {
-                "path": str(Path(cfg.bundle).resolve()),
-                "manifest_sha256": bundle_sha,
-                "variant": cfg.variant,
-            },
-            "corpus": {
+        manifest = _index_manifest(
+            cfg,
+            bundle_sha,
+            dim=int(vectors.shape[1]),
+            plan=plan,
+            ntotal=int(index.ntotal),
+            corpus={
                 "path": str(spec.path),
                 "sha256": corpus_sha,
                 "rows": stats.rows,
@@ -146,13 +191,7 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
                 "skipped_lines": stats.skipped_lines[:100],
                 "duplicates": duplicates,
             },
-            "dim": int(vectors.shape[1]),
-            "index_type": plan.kind,
-            "nlist": plan.nlist,
-            "nprobe": cfg.nprobe,
-            "plan": plan.reason,
-            "ntotal": int(index.ntotal),
-            "metric": "inner_product",
+        ) | {
             "build_seconds": round(total, 2),
             "encode_seconds_this_run": round(encode_seconds, 2),
             "docs_per_s": round(len(docs) / total, 1),

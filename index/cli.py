@@ -39,6 +39,19 @@ def build_command(
     typer.echo(json.dumps({k: manifest[k] for k in keys} | {"skipped": manifest["corpus"]["skipped"]}))
 
 
+@app.command("init")
+def init_command(
+    bundle: Annotated[Path, Opt(help="Exported bundle directory.")],
+    out: Annotated[Path, Opt(help="Index directory to create.")],
+    overwrite: Annotated[bool, Opt()] = False,
+) -> None:
+    """Create an empty index for a bundle (exact search), to fill with 'index add' or the service."""
+    from index.build import BuildConfig, create_empty
+
+    manifest = create_empty(BuildConfig(bundle=str(bundle), out=str(out)), overwrite=overwrite)
+    typer.echo(json.dumps({k: manifest[k] for k in ("ntotal", "dim", "index_type", "plan")}))
+
+
 def _encoder_for(index_dir: Path, bundle: Path | None) -> tuple[Any, Any]:
     """The index opened for writing/search and the encoder of the bundle it was built with."""
     from distilembed.artifacts import read_manifest, sha256_file

@@ -50,9 +50,14 @@ def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLik
     if settings.index_dir is None:
         return None
     if not Path(settings.index_dir).is_dir():
-        raise UserError(
-            f"index directory does not exist: {settings.index_dir} (run 'distilembed index build')"
-        )
+        if not settings.create_index:
+            raise UserError(
+                f"index directory does not exist: {settings.index_dir} "
+                "(run 'distilembed index build', or serve with --create-index)"
+            )
+        from index.build import BuildConfig, create_empty
+
+        create_empty(BuildConfig(bundle=str(settings.bundle), out=str(settings.index_dir)))
     from index.live import open_for_bundle
 
     return open_for_bundle(settings.index_dir, dim, bundle_sha, nprobe=settings.nprobe)

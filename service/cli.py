@@ -18,6 +18,10 @@ def serve_command(
     index: Annotated[
         Path | None, Opt("--index", help="Live index directory (env DISTILEMBED_INDEX_DIR).")
     ] = None,
+    create_index: Annotated[
+        bool | None,
+        Opt("--create-index/--no-create-index", help="Create an empty --index if it does not exist."),
+    ] = None,
     host: Annotated[str | None, Opt(help="Bind address (env DISTILEMBED_HOST; default 127.0.0.1).")] = None,
     port: Annotated[int | None, Opt(help="Port (env DISTILEMBED_PORT; default 8080).")] = None,
     threads: Annotated[int | None, Opt(help="onnxruntime threads (env DISTILEMBED_THREADS).")] = None,
@@ -42,6 +46,7 @@ def serve_command(
         "bundle": bundle,
         "variant": variant,
         "index_dir": index,
+        "create_index": create_index,
         "host": host,
         "port": port,
         "threads": threads,

@@ -16,6 +16,9 @@ class Settings(BaseSettings):
     variant: Literal["int8", "fp32"] = "int8"
     model_name: str | None = Field(None, description="Name reported as `model` (default: bundle dir name).")
     index_dir: Path | None = Field(None, description="Live index directory; unset = no search/documents.")
+    create_index: bool = Field(
+        False, description="Create an empty index at index_dir when there is none (documents come by upsert)."
+    )
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     threads: int | None = Field(None, ge=0, description="onnxruntime intra-op threads (0 or unset: all).")

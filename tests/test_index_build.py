@@ -137,3 +137,24 @@ def test_search_cli_and_dim_mismatch(tiny_bundle, tmp_path) -> None:
     reader = IndexReader(tmp_path / "idx")
     with pytest.raises(UserError, match="8-d vectors"):
         reader.search(np.zeros((1, 5), dtype=np.float32))
+
+
+def test_empty_index_takes_upserts(tiny_bundle, tmp_path) -> None:
+    from index.build import create_empty
+    from index.store import Document
+
+    out = tmp_path / "empty"
+    manifest = create_empty(BuildConfig(bundle=str(tiny_bundle), out=str(out)))
+    assert (manifest["ntotal"], manifest["dim"], manifest["index_type"]) == (0, 8, "flat")
+    live = IndexReader(out)
+    assert live.ntotal == 0 and live.search(np.ones((1, 8), np.float32) / np.sqrt(8), k=3) == [[]]
+    texts = tiny_sentences(3, 4)
+    vectors = Encoder(tiny_bundle, threads=1).encode(texts)
+    live.upsert([Document(f"d{i}", t, {}) for i, t in enumerate(texts)], vectors)
+    assert [h.id for h in live.search(vectors[1:2], k=1)[0]] == ["d1"]
+    live.close()
+    assert IndexReader(out).ntotal == 3  # durable across a reopen
+    with pytest.raises(UserError, match="output exists"):
+        create_empty(BuildConfig(bundle=str(tiny_bundle), out=str(out)))
+    with pytest.raises(UserError, match="not a bundle"):
+        create_empty(BuildConfig(bundle=str(tmp_path), out=str(tmp_path / "other")))

@@ -184,3 +184,24 @@ def test_serve_refuses_a_missing_bundle_in_one_line(tmp_path):
     )
     assert result.returncode == 2 and "not a bundle" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_create_index_serves_an_empty_index_that_takes_upserts(tiny_bundle, tmp_path):
+    from distilembed.errors import UserError
+
+    index_dir = tmp_path / "fresh"
+    with (
+        pytest.raises(UserError, match="--create-index"),
+        TestClient(create_app(Settings(bundle=tiny_bundle, index_dir=index_dir, warmup=False))),
+    ):
+        pass
+    assert not index_dir.exists()
+    settings = Settings(bundle=tiny_bundle, index_dir=index_dir, create_index=True, threads=1, warmup=False)
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/info").json()["index"]["ntotal"] == 0
+        docs = [{"id": "a", "text": "the cat sleeps ."}, {"id": "b", "text": "stocks fall ."}]
+        assert client.post("/documents", json={"documents": docs}).json()["added"] == 2
+        hits = client.post("/search", json={"query": "the cat sleeps .", "top_k": 1}).json()["results"]
+        assert hits[0]["id"] == "a"
+    with TestClient(create_app(settings)) as client:  # restarted: the same index, not a new one
+        assert client.get("/info").json()["index"]["ntotal"] == 2

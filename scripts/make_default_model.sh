@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Export a student checkpoint and install its int8 bundle as models/default (what `distilembed serve`
+# answers with right after install). Only the int8 model, the tokenizer and the manifest are kept
+# (the fp32 graph would put the folder over 25 MB); the runtime encoder checks the hashes of just
+# the files of the variant it loads.
+#   bash scripts/make_default_model.sh runs/hpd-quick            # then commit models/default
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CKPT=${1:?usage: make_default_model.sh CHECKPOINT_DIR [BUNDLE_DIR]}
+BUNDLE=${2:-runs/bundles/$(basename "$CKPT")}
+DE=(.venv/bin/distilembed)
+
+[ -f "$BUNDLE/manifest.json" ] || "${DE[@]}" export --model "$CKPT" --out "$BUNDLE"
+tmp=$(mktemp -d models/.default.XXXXXX)
+cp "$BUNDLE"/{manifest.json,model.int8.onnx,tokenizer.json} "$tmp/"
+.venv/bin/python - "$CKPT" "$BUNDLE" "$tmp" <<'EOF'
+import json, sys
+from pathlib import Path
+
+ckpt, bundle, out = (Path(p) for p in sys.argv[1:])
+train = json.loads((ckpt / "manifest.json").read_text())
+made = json.loads((bundle / "manifest.json").read_text())
+provenance = {
+    "checkpoint": str(ckpt),
+    "bundle": str(bundle),
+    "train_config": train["config"],
+    "teacher": train["teacher"]["name"],
+    "scores_pytorch": train["scores"],
+    "bundle_parity": made.get("parity"),
+    "train_seconds": train["seconds"],
+    "made_by": [
+        "distilembed train ... (the train_config above; the command is in docs/results.md)",
+        f"bash scripts/make_default_model.sh {ckpt}  (runs distilembed export --model {ckpt} --out {bundle})",
+    ],
+}
+(out / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
+EOF
+rm -rf models/default.old
+[ -d models/default ] && mv models/default models/default.old
+mv "$tmp" models/default
+rm -rf models/default.old
+du -sh models/default
