@@ -22,6 +22,17 @@ from typing import Any
 MANIFEST = "manifest.json"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp/mkdtemp create 0600/0700 entries; artifacts are shared (a bundle mounted into a container
+# runs as another uid), so they get the modes an ordinary open()/mkdir() would give.
+FILE_MODE, DIR_MODE = 0o666 & ~_umask(), 0o777 & ~_umask()
+
+
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -74,6 +85,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -103,6 +115,7 @@ def atomic_directory(final: str | Path, overwrite: bool = False) -> Iterator[Pat
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp.chmod(DIR_MODE)
     try:
         yield tmp
         if final.exists():

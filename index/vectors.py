@@ -12,6 +12,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from distilembed.artifacts import FILE_MODE
+
 log = logging.getLogger(__name__)
 MIN_POINTS_PER_LIST = 39  # Faiss warns below this many training points per centroid
 FLAT_BELOW = 10_000  # under this many vectors exact search is fast and IVF only loses recall
@@ -85,6 +87,7 @@ def search(
 def save_index(index: faiss.Index, path: Path) -> None:
     """Write to a temp file beside ``path``, fsync, rename: a reader never sees half a file."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.fchmod(fd, FILE_MODE)  # mkstemp's 0600 would hide the index from a container's other uid
     os.close(fd)
     try:
         faiss.write_index(index, tmp)

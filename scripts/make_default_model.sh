@@ -11,7 +11,7 @@ BUNDLE=${2:-runs/bundles/$(basename "$CKPT")}
 DE=(.venv/bin/distilembed)
 
 [ -f "$BUNDLE/manifest.json" ] || "${DE[@]}" export --model "$CKPT" --out "$BUNDLE"
-tmp=$(mktemp -d models/.default.XXXXXX)
+mkdir -p models && tmp=$(mktemp -d models/.default.XXXXXX)
 cp "$BUNDLE"/{manifest.json,model.int8.onnx,tokenizer.json} "$tmp/"
 .venv/bin/python - "$CKPT" "$BUNDLE" "$tmp" <<'EOF'
 import json, sys
@@ -35,6 +35,7 @@ provenance = {
 }
 (out / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
 EOF
+chmod 755 "$tmp" && chmod 644 "$tmp"/*
 rm -rf models/default.old
 [ -d models/default ] && mv models/default models/default.old
 mv "$tmp" models/default

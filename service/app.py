@@ -57,7 +57,10 @@ def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLik
             )
         from index.build import BuildConfig, create_empty
 
-        create_empty(BuildConfig(bundle=str(settings.bundle), out=str(settings.index_dir)))
+        try:
+            create_empty(BuildConfig(bundle=str(settings.bundle), out=str(settings.index_dir)))
+        except OSError as exc:
+            raise UserError(f"cannot create the index at {settings.index_dir}: {exc.strerror}") from exc
     from index.live import open_for_bundle
 
     return open_for_bundle(settings.index_dir, dim, bundle_sha, nprobe=settings.nprobe)
