@@ -8,7 +8,8 @@ Default run, every phase bounded by --requests and --duration:
   * --infinity: infinity-emb serving all-MiniLM-L6-v2 ONNX int8 vs this server, requests/s with
     8 clients sending one sentence each (skipped with a note when infinity_emb is not installed).
 --load: --duration seconds (default 120) at concurrency 32 mixing embed, search and upsert (on a
-temporary copy of --index), counting 5xx and the server's RSS at start and end.
+temporary copy of --index), counting 5xx and the server's RSS at start and end; then the server is
+killed with SIGKILL, restarted on the same index, and every document it held is looked up again.
 
     python bench/serve.py --bundle models/default --requests 50 --duration 5        # smoke
     python bench/serve.py --bundle models/default --index runs/index --name default
@@ -42,6 +43,9 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import wrk_client  # noqa: E402
+
 Request = tuple[str, str, dict[str, Any] | None]  # method, path, json body
 
 
@@ -73,12 +77,12 @@ def rss_bytes(pid: int) -> int | None:
 
 @contextlib.contextmanager
 def server(
-    cmd: list[str], ready_url: str, log_path: Path, timeout: float = 180
+    cmd: list[str], ready_url: str, log_path: Path, timeout: float = 180, cwd: Path = ROOT
 ) -> Iterator[subprocess.Popen]:
     """Run a server subprocess until the block ends (SIGTERM, then kill); yield it once it is ready."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -163,7 +167,12 @@ async def closed_loop(
 
 def run_phase(
     base: str, make: Callable[[int], tuple[str, Request]], concurrency: int, args: argparse.Namespace
-) -> Phase:
+) -> Phase | wrk_client.WrkPhase:
+    if args.client == "wrk":  # same bodies, replayed by wrk for --duration seconds
+        requests = [make(i)[1] for i in range(min(args.requests, 2000))]
+        assert {(m, p) for m, p, _ in requests} == {("POST", requests[0][1])}, "wrk phases: one POST route"
+        bodies = [body or {} for _, _, body in requests]
+        return wrk_client.run(base, requests[0][1], bodies, concurrency, args.duration)
     return asyncio.run(closed_loop(base, make, concurrency, args.requests, args.duration))
 
 
@@ -249,11 +258,15 @@ def infinity(args: argparse.Namespace, sentences: list[str], ours: dict | None) 
     if exe is None or not Path(exe).exists():
         return {"skipped": "infinity_emb not found (pip install 'infinity-emb[optimum,server]')"}
     port = free_port()
-    cmd = [exe, "v2", "--model-id", args.infinity_model, "--engine", args.infinity_engine, "--device", "cpu"]
+    # A local folder is served from inside it as ".": infinity 0.0.78 hands optimum the ONNX file's
+    # path relative to --model-id, and optimum matches it against bare file names.
+    local = Path(args.infinity_model).is_dir()
+    model_id, cwd = (".", Path(args.infinity_model)) if local else (args.infinity_model, ROOT)
+    cmd = [exe, "v2", "--model-id", model_id, "--engine", args.infinity_engine, "--device", "cpu"]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--batch-size", str(args.max_batch)]
     base = f"http://127.0.0.1:{port}"
-    with server(cmd, f"{base}/health", args.log_dir / "infinity.log"):
-        theirs = run_phase(base, embed_one(sentences, "/embeddings", args.infinity_model), 8, args).summary()
+    with server(cmd, f"{base}/health", args.log_dir / "infinity.log", cwd=cwd):
+        theirs = run_phase(base, embed_one(sentences, "/embeddings", model_id), 8, args).summary()
     return {"model": args.infinity_model, "engine": args.infinity_engine,
             "infinity_c8": theirs, "distilembed_c8": ours}  # fmt: skip
 
@@ -285,9 +298,23 @@ def load(args: argparse.Namespace, sentences: list[str], results: dict[str, Any]
                     {"input": sentences[i % len(sentences) :][:n] or [s]},
                 )
 
+            if args.load_warmup > 0:  # first touches of every route, arena and cache sizes: not growth
+                asyncio.run(closed_loop(base, mixed, 32, 10**9, args.load_warmup))
+                results["rss_after_warmup_bytes"] = rss_bytes(proc.pid)
             phase = asyncio.run(closed_loop(base, mixed, 32, 10**9, args.duration))
             results["rss_end_bytes"] = rss_bytes(proc.pid)
             metrics = httpx.get(f"{base}/metrics", timeout=10).text
+            if index is not None:  # the load is over, so every acknowledged upsert is in `before`
+                before = stored_documents(base, [f"bench-load-{k}" for k in range(5000)])
+                proc.kill()  # kill -9: no graceful shutdown, no checkpoint
+                proc.wait()
+        if index is not None:
+            with server(serve_cmd(args, port, index), f"{base}/ready", args.log_dir / "serve-restart.log"):
+                after = stored_documents(base, list(before))
+            results["restart_after_kill9"] = {
+                "documents_before": len(before),
+                "found_again": sum(after.get(k) == v for k, v in before.items()),
+            }
     results["load_c32"] = phase.summary() | {
         "by_kind": {k: {"ok": len(v), "p50_ms": round(float(np.percentile(v, 50)), 2),
                         "p99_ms": round(float(np.percentile(v, 99)), 2)} for k, v in phase.latencies.items()},
@@ -297,8 +324,22 @@ def load(args: argparse.Namespace, sentences: list[str], results: dict[str, Any]
         if line.startswith("distilembed_process_resident_memory_bytes "):
             results["rss_end_metrics_bytes"] = float(line.split()[1])
     start, end = results["rss_start_bytes"], results["rss_end_bytes"]
-    if start and end:
-        results["rss_growth_mb"] = round((end - start) / 2**20, 1)
+    base_rss = results.get("rss_after_warmup_bytes", start)
+    if base_rss and end:
+        results["rss_growth_mb"] = round((end - base_rss) / 2**20, 1)
+        results["rss_growth_pct"] = round(100 * (end - base_rss) / base_rss, 1)
+        results["rss_growth_from_ready_pct"] = round(100 * (end - start) / start, 1)
+
+
+def stored_documents(base: str, ids: list[str]) -> dict[str, str]:
+    """id -> text of the given ids that the server has (404s left out)."""
+    found: dict[str, str] = {}
+    with httpx.Client(base_url=base, timeout=10) as client:
+        for doc_id in ids:
+            response = client.get(f"/documents/{doc_id}")
+            if response.status_code == 200:
+                found[doc_id] = response.json()["text"]
+    return found
 
 
 def report(results: dict[str, Any]) -> None:
@@ -335,6 +376,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, help="most seconds per phase (default 20; --load: 120)")
     parser.add_argument("--concurrency", default="1,8,32", help="levels of the single-sentence latency phase")
     parser.add_argument("--load", action="store_true", help="mixed-load stability run instead")
+    parser.add_argument(
+        "--load-warmup", type=float, default=15.0, help="--load: seconds of load before the RSS baseline"
+    )
+    parser.add_argument(
+        "--client", choices=("httpx", "wrk"), default="httpx", help="load generator (wrk: apt install wrk)"
+    )
     parser.add_argument("--infinity", action="store_true", help="also measure infinity-emb, if installed")
     parser.add_argument("--infinity-model", default="sentence-transformers/all-MiniLM-L6-v2")
     parser.add_argument("--infinity-exe", help="infinity_emb CLI (e.g. from its own virtual environment)")
@@ -353,7 +400,7 @@ def main() -> None:
             "bundle": str(args.bundle), "variant": args.variant, "index": args.index and str(args.index),
             "threads": args.threads, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
             "requests_cap": args.requests, "duration_cap_s": args.duration, "sentences": len(sentences),
-            "cores": os.cpu_count(), "mode": "load" if args.load else "standard",
+            "cores": os.cpu_count(), "mode": "load" if args.load else "standard", "client": args.client,
         }
     }  # fmt: skip
     (load if args.load else standard)(args, sentences, results)

@@ -61,7 +61,11 @@ class Encoder:
         threads: int | None = None,
         batch_size: int = 32,
         verify: bool = True,
+        *,
+        spin_wait: bool = True,
     ) -> None:
+        """``spin_wait``: onnxruntime's intra-op threads busy-wait between runs (fastest for batch
+        jobs; a server sharing its cores with the event loop is better off without it)."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -80,6 +84,7 @@ class Encoder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or int(os.environ.get("DISTILEMBED_THREADS") or 0)
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
         self.session = ort.InferenceSession(
             str(self.bundle / MODEL_FILES[variant]), options, providers=["CPUExecutionProvider"]
         )

@@ -35,7 +35,11 @@ def load_encoder(settings: Settings) -> EncoderLike:
     from export.runtime import Encoder
 
     return Encoder(
-        settings.bundle, variant=settings.variant, threads=settings.threads, batch_size=settings.max_batch
+        settings.bundle,
+        variant=settings.variant,
+        threads=settings.threads,
+        batch_size=settings.max_batch,
+        spin_wait=settings.spin_wait,
     )
 
 

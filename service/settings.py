@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     max_chars: int = Field(8192, ge=1, description="Longest text in characters; longer = 422 or truncated.")
     max_queue: int = Field(2048, ge=1, description="Most texts waiting for the encoder; more = 429.")
     max_batch: int = Field(32, ge=1, description="Most texts in one encoder call.")
+    spin_wait: bool = Field(
+        True, description="onnxruntime threads busy-wait between calls (lower latency; costs idle CPU)."
+    )
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill under concurrent load.")
     max_payload_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="Largest request body; more = 413.")
     api_key: SecretStr | None = Field(
