@@ -192,7 +192,7 @@ def in_process_rate(args: argparse.Namespace, texts: list[str]) -> float:
     encoder = Encoder(args.bundle, variant=args.variant, threads=args.threads)
     encoder.encode(texts[:64])  # warm-up
     start = time.perf_counter()
-    encoder.encode(texts, batch_size=args.max_batch)
+    encoder.encode(texts, batch_size=args.run_batch)
     return len(texts) / (time.perf_counter() - start)
 
 
@@ -216,6 +216,8 @@ def serve_cmd(args: argparse.Namespace, port: int, index: Path | None) -> list[s
         "warning",
         "--max-batch",
         str(args.max_batch),
+        "--run-batch",
+        str(args.run_batch),
     ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -370,7 +372,8 @@ def main() -> None:
     parser.add_argument("--index", type=Path, help="index directory: adds /search (and upserts with --load)")
     parser.add_argument("--name", help="results name (default: the bundle directory name)")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0: all cores)")
-    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-batch", type=int, default=128, help="texts per encoder call (server)")
+    parser.add_argument("--run-batch", type=int, default=32, help="rows per model run (server, in-process)")
     parser.add_argument("--max-wait-ms", type=float)
     parser.add_argument("--requests", type=int, default=2000, help="most requests per phase")
     parser.add_argument("--duration", type=float, help="most seconds per phase (default 20; --load: 120)")
@@ -398,7 +401,8 @@ def main() -> None:
     results: dict[str, Any] = {
         "meta": {
             "bundle": str(args.bundle), "variant": args.variant, "index": args.index and str(args.index),
-            "threads": args.threads, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
+            "threads": args.threads, "max_batch": args.max_batch, "run_batch": args.run_batch,
+            "max_wait_ms": args.max_wait_ms,
             "requests_cap": args.requests, "duration_cap_s": args.duration, "sentences": len(sentences),
             "cores": os.cpu_count(), "mode": "load" if args.load else "standard", "client": args.client,
         }

@@ -38,7 +38,7 @@ def load_encoder(settings: Settings) -> EncoderLike:
         settings.bundle,
         variant=settings.variant,
         threads=settings.threads,
-        batch_size=settings.max_batch,
+        batch_size=settings.run_batch,
         spin_wait=settings.spin_wait,
     )
 
@@ -93,7 +93,7 @@ async def _startup(state: ServiceState) -> None:
     state.versions = tool_versions(*VERSIONED)
     if index is not None:
         state.metrics.track_index(lambda: index.ntotal)
-    batcher = Batcher(encoder, s.max_batch, s.max_wait_ms, s.max_queue, state.metrics)
+    batcher = Batcher(encoder, s.max_batch, s.max_wait_ms, s.max_queue, state.metrics, run_batch=s.run_batch)
     batcher.start()
     state.batcher = batcher
     if s.warmup:

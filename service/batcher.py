@@ -113,8 +113,13 @@ class Batcher:
         max_wait_ms: float = 2.0,
         max_queue: int = 2048,
         metrics: Metrics | None = None,
+        *,
+        run_batch: int | None = None,
     ) -> None:
+        """``run_batch``: rows per model run; a call of more texts is sorted by length and split into
+        runs of this size, so one long text does not pad the whole call (default: one run)."""
         self.encoder, self.max_batch, self.max_queue = encoder, max_batch, max_queue
+        self.run_batch = run_batch
         self.max_wait = max_wait_ms / 1000
         self.metrics = metrics
         self._cond = threading.Condition()
@@ -245,7 +250,7 @@ class Batcher:
                 self.metrics.queue_duration.observe(start - s.request.enqueued)
         ids = self.encoder.tokenize(texts)
         tokenized = time.perf_counter()
-        vectors = self.encoder.encode_ids(ids, batch_size=len(ids))
+        vectors = self.encoder.encode_ids(ids, batch_size=self.run_batch or len(ids))
         if vectors.shape[0] != len(texts):
             raise RuntimeError(f"the encoder returned {vectors.shape[0]} vectors for {len(texts)} texts")
         end = time.perf_counter()

@@ -26,7 +26,10 @@ def serve_command(
     port: Annotated[int | None, Opt(help="Port (env DISTILEMBED_PORT; default 8080).")] = None,
     threads: Annotated[int | None, Opt(help="onnxruntime threads (env DISTILEMBED_THREADS).")] = None,
     max_batch: Annotated[
-        int | None, Opt(help="Texts per encoder call (env DISTILEMBED_MAX_BATCH; default 32).")
+        int | None, Opt(help="Texts per encoder call (env DISTILEMBED_MAX_BATCH; default 128).")
+    ] = None,
+    run_batch: Annotated[
+        int | None, Opt(help="Rows per model run (env DISTILEMBED_RUN_BATCH; default 32).")
     ] = None,
     max_wait_ms: Annotated[
         float | None, Opt(help="Batch fill wait under load (env DISTILEMBED_MAX_WAIT_MS).")
@@ -51,6 +54,7 @@ def serve_command(
         "port": port,
         "threads": threads,
         "max_batch": max_batch,
+        "run_batch": run_batch,
         "max_wait_ms": max_wait_ms,
         "max_queue": max_queue,
         "max_items": max_items,

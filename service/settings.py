@@ -25,7 +25,10 @@ class Settings(BaseSettings):
     max_items: int = Field(256, ge=1, description="Most texts (or documents) in one request; more = 413.")
     max_chars: int = Field(8192, ge=1, description="Longest text in characters; longer = 422 or truncated.")
     max_queue: int = Field(2048, ge=1, description="Most texts waiting for the encoder; more = 429.")
-    max_batch: int = Field(32, ge=1, description="Most texts in one encoder call.")
+    max_batch: int = Field(128, ge=1, description="Most texts in one encoder call.")
+    run_batch: int = Field(
+        32, ge=1, description="Rows per model run: an encoder call is sorted by length and cut into runs."
+    )
     spin_wait: bool = Field(
         True, description="onnxruntime threads busy-wait between calls (lower latency; costs idle CPU)."
     )

@@ -34,6 +34,7 @@ class FakeEncoder:
         self.bundle = Path("fake-bundle")
         self.manifest: dict[str, Any] = {"kind": "bundle", "dim": dim, "max_seq_len": max_seq_len}
         self.calls: list[int] = []
+        self.run_batches: list[int | None] = []  # the batch_size each call asked for
         self.entered = threading.Event()
         self.fail_with: Exception | None = None
 
@@ -41,8 +42,9 @@ class FakeEncoder:
         words = [[zlib.crc32(w.lower().encode()) % 30_000 + 1000 for w in t.split()] for t in texts]
         return [[101, *row[: self.max_seq_len - 2], 102] for row in words]
 
-    def encode_ids(self, ids: list[list[int]], batch_size: int | None = None) -> np.ndarray:  # noqa: ARG002
+    def encode_ids(self, ids: list[list[int]], batch_size: int | None = None) -> np.ndarray:
         self.calls.append(len(ids))
+        self.run_batches.append(batch_size)
         self.entered.set()
         if self.gate is not None and not self.gate.wait(timeout=30):
             raise TimeoutError("the test never opened the gate")

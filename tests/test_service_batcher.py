@@ -256,3 +256,19 @@ def test_http_queue_full_is_429_with_retry_after():
     registry = app.state.service.metrics.registry
     assert registry.get_sample_value("distilembed_queue_rejected_total") == 1
     assert registry.get_sample_value("distilembed_internal_errors_total") == 0
+
+
+def test_a_call_is_cut_into_model_runs_of_run_batch_rows():
+    async def main() -> tuple[FakeEncoder, FakeEncoder]:
+        encoders = FakeEncoder(), FakeEncoder()
+        for encoder, run_batch in zip(encoders, (4, None), strict=True):
+            batcher = Batcher(encoder, max_batch=16, max_wait_ms=0, max_queue=32, run_batch=run_batch)
+            batcher.start()
+            texts = [f"text number {i}" for i in range(10)]
+            check(await asyncio.wait_for(batcher.embed(texts), 30), texts)
+            await batcher.aclose()
+        return encoders
+
+    split, whole = asyncio.run(main())
+    assert (split.calls, split.run_batches) == ([10], [4])  # one call, sorted and run 4 rows at a time
+    assert (whole.calls, whole.run_batches) == ([10], [10])  # without run_batch: one run of the call
