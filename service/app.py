@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from distilembed.artifacts import sha256_file, tool_versions
@@ -25,7 +25,7 @@ from service.routes_embed import router as embed_router
 from service.routes_index import router as index_router
 from service.routes_ops import router as ops_router
 from service.settings import Settings
-from service.state import IndexLike, ServiceState, bundle_path
+from service.state import IndexLike, ServiceState, bundle_path, require_key
 
 log = logging.getLogger("distilembed.service")
 VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "fastapi", "uvicorn")
@@ -151,8 +151,11 @@ def create_app(
     app.state.service = ServiceState(settings=settings, metrics=metrics, encoder=encoder, index=index)
     errors.install(app)
     app.include_router(ops_router)
-    app.include_router(embed_router)
-    app.include_router(index_router)
+    # The key check is a dependency only when a key is set: FastAPI resolves dependencies on every
+    # request, and the hot routes should not pay for a check that cannot fail.
+    keyed = [Depends(require_key)] if settings.api_key is not None else []
+    app.include_router(embed_router, dependencies=keyed)
+    app.include_router(index_router, dependencies=keyed)
     app.add_middleware(PayloadLimitMiddleware, limit=settings.max_payload_bytes)
     if settings.cors_origins:
         app.add_middleware(

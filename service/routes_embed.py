@@ -9,17 +9,17 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.errors import payload_too_large, took_ms, validation
 from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, ErrorBody, SimilarityRequest
-from service.state import State, require_key
+from service.state import State
 
 ERRORS: dict[int | str, dict] = {
     code: {"model": ErrorBody} for code in (401, 413, 422, 429, 503)
 }  # fmt: skip
-router = APIRouter(dependencies=[Depends(require_key)], responses=ERRORS)
+router = APIRouter(responses=ERRORS)  # create_app adds the API-key dependency when a key is set
 
 
 def _as_list(value: str | list[str]) -> list[str]:

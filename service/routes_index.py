@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from index.store import Document
@@ -20,10 +20,10 @@ from service.schemas import (
     UpsertRequest,
     UpsertResponse,
 )
-from service.state import ServiceState, State, require_key
+from service.state import ServiceState, State
 
 ERRORS: dict[int | str, dict] = {code: {"model": ErrorBody} for code in (401, 404, 413, 422, 429, 503)}
-router = APIRouter(dependencies=[Depends(require_key)], responses=ERRORS, tags=["index"])
+router = APIRouter(responses=ERRORS, tags=["index"])  # create_app adds the API-key dependency
 
 
 def _not_found(doc_id: str) -> ApiError:

@@ -105,7 +105,13 @@ def get_state(request: Request) -> ServiceState:
     return request.app.state.service
 
 
-State = Annotated[ServiceState, Depends(get_state)]
+async def _state_dependency(request: Request) -> ServiceState:
+    """Async on purpose: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop
+    per request for one attribute lookup."""
+    return request.app.state.service
+
+
+State = Annotated[ServiceState, Depends(_state_dependency)]
 _bearer = HTTPBearer(auto_error=False, description="The API key, when the server has one.")
 _header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key (alternative).")
 
