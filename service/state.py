@@ -108,7 +108,7 @@ def get_state(request: Request) -> ServiceState:
 async def _state_dependency(request: Request) -> ServiceState:
     """Async on purpose: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop
     per request for one attribute lookup."""
-    return request.app.state.service
+    return get_state(request)
 
 
 State = Annotated[ServiceState, Depends(_state_dependency)]
