@@ -70,10 +70,10 @@ def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLik
     return open_for_bundle(settings.index_dir, dim, bundle_sha, nprobe=settings.nprobe)
 
 
-def warmup_texts(encoder: EncoderLike, max_batch: int) -> list[list[str]]:
+def warmup_texts(encoder: EncoderLike, rows: int) -> list[list[str]]:
     """A short text alone, then a full batch of longest texts (sizes onnxruntime's buffers once)."""
     longest = " ".join(["warm"] * (2 * encoder.max_seq_len))
-    return [["warm up"], [longest] * max_batch]
+    return [["warm up"], [longest] * rows]
 
 
 async def _startup(state: ServiceState) -> None:
@@ -97,7 +97,8 @@ async def _startup(state: ServiceState) -> None:
     batcher.start()
     state.batcher = batcher
     if s.warmup:
-        for texts in warmup_texts(encoder, s.max_batch):
+        # One model run of longest texts sizes onnxruntime's buffers; a call is cut into such runs.
+        for texts in warmup_texts(encoder, min(s.max_batch, s.run_batch)):
             warm = await batcher.embed(texts)
         if index is not None and index.ntotal:
             await asyncio.to_thread(index.search, warm.vectors[:1], 1)

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
+from training.methods.base import tokenize
+
 log = logging.getLogger(__name__)
 
 
@@ -60,8 +62,7 @@ def pooled_features(student: SentenceTransformer, texts: list[str], batch_size: 
     out = np.empty((len(texts), list(student)[stop].linear.in_features), dtype=np.float32)
     for lo in range(0, len(texts), batch_size):
         rows = order[lo : lo + batch_size]
-        features = student.tokenize([texts[i] for i in rows])
-        features = {k: v.to(student.device) if torch.is_tensor(v) else v for k, v in features.items()}
+        features = tokenize(student, [texts[i] for i in rows])
         for module in list(student)[:stop]:
             features = module(features)
         out[rows] = features["sentence_embedding"].float().cpu().numpy()
