@@ -1,7 +1,7 @@
 """Embedding routes: OpenAI ``/v1/embeddings``, TEI ``/embed`` and ``/similarity`` (+ pairs mode).
 
-Responses are built as plain JSON (no response-model validation of thousands of floats); the
-declared response models still describe them in the OpenAPI schema.
+Responses are built as plain JSON by orjson (no response-model validation of thousands of floats);
+the declared response models still describe them in the OpenAPI schema.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import base64
 
 import numpy as np
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
 from service.errors import payload_too_large, took_ms, validation
+from service.responses import FastJSONResponse
 from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, ErrorBody, SimilarityRequest
 from service.state import State
 
@@ -41,7 +41,7 @@ def to_base64(vector: np.ndarray) -> str:
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingResponse, tags=["embeddings"])
-async def openai_embeddings(body: EmbeddingRequest, request: Request, state: State) -> JSONResponse:
+async def openai_embeddings(body: EmbeddingRequest, request: Request, state: State) -> FastJSONResponse:
     """OpenAI-compatible embeddings."""
     encoder, _ = state.require_encoder()
     if body.dimensions is not None and body.dimensions > encoder.dim:
@@ -49,9 +49,13 @@ async def openai_embeddings(body: EmbeddingRequest, request: Request, state: Sta
     texts = state.check_texts(_as_list(body.input))
     embedded = await state.embed(texts)
     vectors = shorten(embedded.vectors, body.dimensions, encoder.dim)
-    rows = [to_base64(v) for v in vectors] if body.encoding_format == "base64" else vectors.tolist()
+    rows = (
+        [to_base64(v) for v in vectors]
+        if body.encoding_format == "base64"
+        else list(np.ascontiguousarray(vectors))
+    )
     tokens = sum(embedded.tokens)
-    return JSONResponse(
+    return FastJSONResponse(
         {
             "object": "list",
             "data": [{"object": "embedding", "embedding": row, "index": i} for i, row in enumerate(rows)],
@@ -63,15 +67,15 @@ async def openai_embeddings(body: EmbeddingRequest, request: Request, state: Sta
 
 
 @router.post("/embed", response_model=list[list[float]], tags=["embeddings"])
-async def tei_embed(body: EmbedRequest, state: State) -> JSONResponse:
+async def tei_embed(body: EmbedRequest, state: State) -> FastJSONResponse:
     """TEI-compatible: a list of vectors (always unit length). ``took_ms`` is in the X-Took-Ms header."""
     texts = state.check_texts(_as_list(body.inputs), body.truncate)
     embedded = await state.embed(texts)
-    return JSONResponse(embedded.vectors.tolist())
+    return FastJSONResponse(np.ascontiguousarray(embedded.vectors))
 
 
 @router.post("/similarity", response_model=list[float], tags=["embeddings"])
-async def similarity(body: SimilarityRequest, state: State) -> JSONResponse:
+async def similarity(body: SimilarityRequest, state: State) -> FastJSONResponse:
     """Cosine similarities: TEI ``{inputs: {source_sentence, sentences}}`` or ``{pairs: [[a, b], ...]}``."""
     if body.inputs is not None:
         left = [body.inputs.source_sentence] * len(body.inputs.sentences)
@@ -86,4 +90,4 @@ async def similarity(body: SimilarityRequest, state: State) -> JSONResponse:
     embedded = await state.embed(state.check_texts(unique, body.truncate))
     a = embedded.vectors[[row[t] for t in left]]
     b = embedded.vectors[[row[t] for t in right]]
-    return JSONResponse(np.einsum("ij,ij->i", a, b).astype(float).tolist())
+    return FastJSONResponse(np.einsum("ij,ij->i", a, b))
