@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -63,6 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default=os.environ.get("DISTILEMBED_DATA_DIR"))
     parser.add_argument("--no-export", action="store_true", help="skip the ONNX bundles")
     parser.add_argument("--export-arg", action="append", default=[], help="extra export flag (repeatable)")
+    parser.add_argument(
+        "--reference-bundle",
+        default="runs/bundles/minilm",
+        help="int8 bundle of all-MiniLM-L6-v2 the speeds are compared with (exported here if missing)",
+    )
+    parser.add_argument("--speed-repeats", type=int, default=5, help="timed rounds per bundle (median)")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0: all cores)")
     parser.add_argument("--out", default="bench/results/methods.json")
     parser.add_argument("--doc", default="docs/methods.md", help="markdown file whose Results it rewrites")
     args = parser.parse_args(argv)
@@ -172,12 +180,79 @@ def collect(method: str, status: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def _export_reference(path: Path, args: argparse.Namespace, console: Console) -> bool:
+    if (path / "manifest.json").exists():
+        return True
+    console.print(f"exporting the all-MiniLM-L6-v2 reference bundle to {path}")
+    cmd = [
+        sys.executable,
+        "-m",
+        "distilembed.cli",
+        "export",
+        "--model",
+        "all-MiniLM-L6-v2",
+        "--out",
+        str(path),
+    ]
+    rc, _ = _run(cmd, Path(args.runs_dir) / "logs" / "reference.export.log", dict(os.environ))
+    return rc == 0
+
+
+def measure_speeds(rows: list[dict[str, Any]], args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    """Int8 sentences/s of every bundle and of the all-MiniLM-L6-v2 reference, in interleaved rounds.
+
+    All STS-B test sentences at batch 32 per round; the median round counts. Interleaving makes a
+    slow moment of the machine cost every bundle alike rather than the one that happened to run then.
+    """
+    from encode import stsb_sentences
+
+    from export.runtime import Encoder
+
+    bundles = {r["method"]: Path(r["bundle"]) for r in rows if r.get("bundle")}
+    reference = Path(args.reference_bundle)
+    if _export_reference(reference, args, console):
+        bundles = {"all-MiniLM-L6-v2": reference, **bundles}
+    if not bundles or not args.data_dir:
+        return {}
+    texts = stsb_sentences(Path(args.data_dir) / "sts")
+    encoders = {
+        name: Encoder(path, variant="int8", threads=args.threads or None) for name, path in bundles.items()
+    }
+    rates: dict[str, list[float]] = {name: [] for name in encoders}
+    for encoder in encoders.values():
+        encoder.encode(texts[:256], batch_size=32)
+    for _ in range(args.speed_repeats):
+        for name, encoder in encoders.items():
+            start = time.perf_counter()
+            encoder.encode(texts, batch_size=32)
+            rates[name].append(len(texts) / (time.perf_counter() - start))
+    speeds = {name: round(statistics.median(r), 1) for name, r in rates.items()}
+    console.print("int8 sentences/s (STS-B test, batch 32, median of rounds):", speeds)
+    return {"texts": len(texts), "batch_size": 32, "repeats": args.speed_repeats, "sent_per_s": speeds}
+
+
+def add_comparisons(rows: list[dict[str, Any]], speeds: dict[str, Any]) -> None:
+    """Per row: int8 speed, its ratio to all-MiniLM-L6-v2's int8 bundle, STS-B test minus HPD's."""
+    rates = speeds.get("sent_per_s", {})
+    reference = rates.get("all-MiniLM-L6-v2")
+    hpd = next((r.get("stsb_test") for r in rows if r["method"] == "hpd"), None)
+    for row in rows:
+        rate = rates.get(row["method"])
+        row["int8_sent_per_s"] = rate
+        row["speedup_vs_minilm"] = round(rate / reference, 2) if rate and reference else None
+        if hpd is not None and row.get("stsb_test") is not None:
+            row["stsb_test_vs_hpd"] = round(row["stsb_test"] - hpd, 2)
+
+
 COLUMNS = (
     ("method", "method", "{}"),
     ("STS-B test (PyTorch)", "stsb_test", "{:.2f}"),
+    ("vs hpd", "stsb_test_vs_hpd", "{:+.2f}"),
     ("STS-B test (int8 bundle)", "bundle_stsb_test_int8", "{:.2f}"),
     ("params", "params", "{:,}"),
     ("dim", "dim", "{}"),
+    ("int8 sent/s", "int8_sent_per_s", "{:,.0f}"),
+    ("x MiniLM int8", "speedup_vs_minilm", "{:.2f}"),
     ("train wall-clock (s)", "train_seconds", "{:.0f}"),
     ("best STS-B dev", "best_dev", "{:.2f}"),
 )
@@ -214,10 +289,13 @@ def main(argv: list[str] | None = None) -> int:
             zip(args.methods, pool.map(lambda m: run_method(m, args, console), args.methods), strict=True)
         )
     rows = [collect(m, statuses[m]) for m in args.methods]
+    speeds = measure_speeds(rows, args, console)
+    add_comparisons(rows, speeds)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python bench/methods.py", *(argv if argv is not None else sys.argv[1:])])
-    out.write_text(json.dumps({"command": command, "train_flags": train_flags(args), "rows": rows}, indent=2))
+    report = {"command": command, "train_flags": train_flags(args), "speed": speeds, "rows": rows}
+    out.write_text(json.dumps(report, indent=2))
     note = f"Measured by `{command}` ({time.strftime('%Y-%m-%d')}); raw figures in `{out.as_posix()}`."
     rewrite_doc(Path(args.doc), markdown_table(rows), note)
     table = Table(title="distillation methods, one budget")

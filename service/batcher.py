@@ -69,33 +69,45 @@ class _Request:
     def remaining(self) -> int:
         return len(self.texts) - self.taken
 
-    def _settle(self, result: Embedded | BaseException) -> None:
-        def apply() -> None:
-            if self.future.done():
-                return
-            if isinstance(result, BaseException):
-                self.future.set_exception(result)
-            else:
-                self.future.set_result(result)
-
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
-            self.loop.call_soon_threadsafe(apply)
-
-    def store(self, start: int, vectors: np.ndarray, tokens: list[int]) -> None:
-        if self.dead:
+    def apply(self, result: Embedded | BaseException) -> None:
+        """Resolve the future; runs in the request's event loop."""
+        if self.future.done():
             return
+        if isinstance(result, BaseException):
+            self.future.set_exception(result)
+        else:
+            self.future.set_result(result)
+
+    def store(self, start: int, vectors: np.ndarray, tokens: list[int]) -> Embedded | None:
+        """Keep a slice's vectors; the request's result once it has all of them."""
+        if self.dead:
+            return None
         if self.vectors is None:
             self.vectors = np.empty((len(self.texts), vectors.shape[1]), dtype=np.float32)
             self.tokens = [0] * len(self.texts)
         self.vectors[start : start + len(vectors)] = vectors
         self.tokens[start : start + len(tokens)] = tokens
         self.done += len(vectors)
-        if self.done == len(self.texts):
-            self._settle(Embedded(self.vectors, self.tokens))
+        return Embedded(self.vectors, self.tokens) if self.done == len(self.texts) else None
 
     def fail(self, exc: BaseException) -> None:
         self.dead = True
-        self._settle(exc)
+        _settle([(self, exc)])
+
+
+def _apply_all(settled: list[tuple[_Request, Embedded | BaseException]]) -> None:
+    for request, result in settled:
+        request.apply(result)
+
+
+def _settle(settled: list[tuple[_Request, Embedded | BaseException]]) -> None:
+    """Hand results to their event loops: one wake-up per loop and batch, not one per request."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Embedded | BaseException]]] = {}
+    for item in settled:
+        by_loop.setdefault(item[0].loop, []).append(item)
+    for loop, items in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
+            loop.call_soon_threadsafe(_apply_all, items)
 
 
 @dataclass(frozen=True)
@@ -260,7 +272,13 @@ class Batcher:
             self.metrics.inference_duration.observe(end - tokenized)
             self.metrics.batch_size.observe(len(texts))
         offset = 0
+        settled: list[tuple[_Request, Embedded | BaseException]] = []
         for s in slices:
             n = s.stop - s.start
-            s.request.store(s.start, vectors[offset : offset + n], [len(i) for i in ids[offset : offset + n]])
+            result = s.request.store(
+                s.start, vectors[offset : offset + n], [len(i) for i in ids[offset : offset + n]]
+            )
+            if result is not None:
+                settled.append((s.request, result))
             offset += n
+        _settle(settled)
