@@ -22,6 +22,19 @@ class QuoraRetrieval:
         return content_hash(self.corpus)
 
 
+def add_distractors(data: QuoraRetrieval, distractors: list[str]) -> tuple[QuoraRetrieval, list[int]]:
+    """The corpus grown by ``distractors`` (after the questions, so query ids stay), skipping any that
+    is a question or repeats an earlier one; also the positions in ``distractors`` that were kept."""
+    seen = set(data.corpus)
+    kept: list[int] = []
+    for i, text in enumerate(distractors):
+        if text not in seen:
+            seen.add(text)
+            kept.append(i)
+    corpus = data.corpus + [distractors[i] for i in kept]
+    return QuoraRetrieval(corpus, data.queries, data.relevant), kept
+
+
 def load_quora_retrieval(quora_dir: str | Path) -> QuoraRetrieval:
     pairs = [p for name in QUORA_FILES for p in read_quora_pairs(Path(quora_dir) / name)]
     corpus = sorted({p.text1 for p in pairs} | {p.text2 for p in pairs})
