@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:
 
 from training.config import METHODS  # noqa: E402
 
+CLI = (sys.executable, "-m", "distilembed.cli")
 START, END = "<!-- methods-results:start -->", "<!-- methods-results:end -->"
 # Flags passed to every ``distilembed train`` unchanged: (flag, type, help).
 PASS_THROUGH: tuple[tuple[str, type, str], ...] = (
@@ -108,12 +109,11 @@ def run_method(method: str, args: argparse.Namespace, console: Console) -> dict[
     env = dict(os.environ)
     if args.data_dir:
         env["DISTILEMBED_DATA_DIR"] = str(args.data_dir)
-    cli = [sys.executable, "-m", "distilembed.cli"]
     status: dict[str, Any] = {"checkpoint": str(ckpt), "bundle": None}
     if (ckpt / "manifest.json").exists():
         status["train"] = "existing"
     else:
-        cmd = [*cli, "train", "--method", method, "--out", str(ckpt), *train_flags(args)]
+        cmd = [*CLI, "train", "--method", method, "--out", str(ckpt), *train_flags(args)]
         if ckpt.with_name(ckpt.name + ".partial").exists():
             cmd.append("--resume")
         console.print(f"[bold]{method}[/]: training, log {logs / f'{method}.train.log'}")
@@ -127,7 +127,7 @@ def run_method(method: str, args: argparse.Namespace, console: Console) -> dict[
         return status
     if not (bundle / "manifest.json").exists():
         extra = [a for arg in args.export_arg for a in arg.split()]
-        cmd = [*cli, "export", "--model", str(ckpt), "--out", str(bundle), "--overwrite", *extra]
+        cmd = [*CLI, "export", "--model", str(ckpt), "--out", str(bundle), "--overwrite", *extra]
         console.print(f"[bold]{method}[/]: exporting")
         rc, _ = _run(cmd, logs / f"{method}.export.log", env)
         if rc != 0:
@@ -184,16 +184,7 @@ def _export_reference(path: Path, args: argparse.Namespace, console: Console) ->
     if (path / "manifest.json").exists():
         return True
     console.print(f"exporting the all-MiniLM-L6-v2 reference bundle to {path}")
-    cmd = [
-        sys.executable,
-        "-m",
-        "distilembed.cli",
-        "export",
-        "--model",
-        "all-MiniLM-L6-v2",
-        "--out",
-        str(path),
-    ]
+    cmd = [*CLI, "export", "--model", "all-MiniLM-L6-v2", "--out", str(path)]
     rc, _ = _run(cmd, Path(args.runs_dir) / "logs" / "reference.export.log", dict(os.environ))
     return rc == 0
 

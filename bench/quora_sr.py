@@ -38,7 +38,7 @@ from training.data.text import content_hash, read_sentences
 
 
 def teacher_vectors(
-    args: argparse.Namespace, data: QuoraRetrieval, distractors: list[str], kept: list[int]
+    args: argparse.Namespace, questions: list[str], distractors: list[str], kept: list[int]
 ) -> np.ndarray:
     """Questions from --teacher-vectors or the teacher; distractors always through the target cache.
 
@@ -48,7 +48,6 @@ def teacher_vectors(
     from training.teacher_targets import Teacher
 
     teacher = Teacher(args.teacher, batch_size=args.teacher_batch_size)
-    questions = data.corpus[: len(data.corpus) - len(kept)]
     if args.teacher_vectors:
         path = Path(args.teacher_vectors)
         meta = json.loads(path.with_suffix(".json").read_text())
@@ -211,11 +210,11 @@ def main() -> None:
     args = parser.parse_args()
     faiss.omp_set_num_threads(args.threads)
 
-    data = load_quora_retrieval(args.quora_dir)
+    questions = load_quora_retrieval(args.quora_dir)
     distractors = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
-    data, kept = add_distractors(data, distractors)
+    data, kept = add_distractors(questions, distractors)
     student, docs_per_s = student_vectors(args, data)
-    teacher = teacher_vectors(args, data, distractors, kept)
+    teacher = teacher_vectors(args, questions.corpus, distractors, kept)
     rows = evaluate_model("teacher", teacher, data, args) + evaluate_model("student", student, data, args)
     result = {
         "corpus": len(data.corpus),

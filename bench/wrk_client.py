@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -17,10 +16,6 @@ from pathlib import Path
 from typing import Any
 
 UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}
-
-
-def available() -> bool:
-    return shutil.which("wrk") is not None
 
 
 def lua_script(path: str, bodies: list[str]) -> str:

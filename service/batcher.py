@@ -90,9 +90,12 @@ class _Request:
         self.done += len(vectors)
         return Embedded(self.vectors, self.tokens) if self.done == len(self.texts) else None
 
-    def fail(self, exc: BaseException) -> None:
-        self.dead = True
-        _settle([(self, exc)])
+
+def _fail(requests: list[_Request], exc: BaseException) -> None:
+    """Fail every request (the rest of their texts are dropped), one wake-up per event loop."""
+    for request in requests:
+        request.dead = True
+    _settle([(request, exc) for request in requests])
 
 
 def _apply_all(settled: list[tuple[_Request, Embedded | BaseException]]) -> None:
@@ -204,8 +207,7 @@ class Batcher:
             left, self._pending = list(self._pending), deque()
             self._queued = 0
             self._changed()
-        for request in left:
-            request.fail(BatcherClosedError("the encoder shut down before this request was served"))
+        _fail(left, BatcherClosedError("the encoder shut down before this request was served"))
 
     def _run(self) -> None:
         idle, last_requests = True, 0
@@ -251,8 +253,7 @@ class Batcher:
         try:
             self._encode(slices)
         except Exception as exc:  # handed to the waiting requests (they re-raise it); the worker lives on
-            for s in slices:
-                s.request.fail(exc)
+            _fail([s.request for s in slices], exc)
 
     def _encode(self, slices: list[_Slice]) -> None:
         texts = [t for s in slices for t in s.request.texts[s.start : s.stop]]
