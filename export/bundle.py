@@ -37,7 +37,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
 
 
-def _optimize(raw: Path, out: Path, config: Any) -> dict[str, int]:
+def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
     """onnxruntime's transformer fusions (Attention, SkipLayerNorm, BiasGelu) on a portable graph."""
     from onnxruntime.transformers import optimizer
 
@@ -137,7 +137,7 @@ def build_bundle(
     with atomic_directory(out, overwrite=overwrite) as tmp:
         raw = tmp / "model.raw.onnx"
         info = export_onnx(model, raw)
-        fused = _optimize(raw, tmp / MODEL_FILES["fp32"], transformer.auto_model.config)
+        fused = optimize_graph(raw, tmp / MODEL_FILES["fp32"], transformer.auto_model.config)
         raw.unlink()
         _quantize(tmp / MODEL_FILES["fp32"], tmp / MODEL_FILES["int8"])
         transformer.tokenizer.backend_tokenizer.save(str(tmp / TOKENIZER_FILE))

@@ -12,6 +12,7 @@ DataDir = Annotated[
     str | None,
     Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR", help="Root that relative data paths are read from."),
 ]
+BACKEND_HELP = "Teacher runtime: auto (onnx on a CPU, torch on a GPU) | torch | onnx."
 NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
 
 
@@ -48,6 +49,7 @@ def train_command(
     augment: Annotated[list[str] | None, Opt(help="synonym, deletion and/or crop (repeatable).")] = None,
     max_seq_len: Annotated[int | None, Opt()] = None,
     teacher_batch_size: Annotated[int | None, Opt(help="Batch size for teacher targets.")] = None,
+    teacher_backend: Annotated[str | None, Opt(help=BACKEND_HELP)] = None,
     batch_size: Annotated[int | None, Opt()] = None,
     lr: Annotated[float | None, Opt()] = None,
     epochs: Annotated[float | None, Opt()] = None,
@@ -101,6 +103,7 @@ def targets_command(
     n_sentences: Annotated[int | None, Opt(help="Use the first N sentences.")] = None,
     batch_size: Annotated[int, Opt()] = 64,
     device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
+    teacher_backend: Annotated[str, Opt(help=BACKEND_HELP)] = "auto",
     data_dir: DataDir = None,
 ) -> None:
     """Encode a corpus with a teacher into the resumable on-disk target cache (no training)."""
@@ -110,7 +113,8 @@ def targets_command(
     from training.trainer import resolve_device
 
     texts = read_sentences(resolve_data_path(corpus, data_dir), limit=n_sentences)
-    _, info = Teacher(teacher, device=resolve_device(device), batch_size=batch_size).targets(texts)
+    encoder = Teacher(teacher, device=resolve_device(device), batch_size=batch_size, backend=teacher_backend)
+    _, info = encoder.targets(texts)
     typer.echo(info)
 
 

@@ -39,6 +39,8 @@ class TrainConfig:
     deletion_p: float = 0.1
     max_seq_len: int = 128
     teacher_batch_size: int = 64
+    # auto: an ONNX Runtime copy of the teacher on a CPU (1.3x faster, parity-checked), torch on a GPU.
+    teacher_backend: str = "auto"
     batch_size: int = 64
     lr: float = 1e-4
     warmup_ratio: float = 0.05

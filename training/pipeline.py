@@ -95,7 +95,12 @@ def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str
 def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[str, int]:
     """Fill the target cache with what every method's run of ``cfg`` shares (corpus, augmented
     sets, PCA-fit sentences, STS-B dev/test), so parallel runs only read it (the cache has no lock)."""
-    teacher = Teacher(cfg.teacher, device=resolve_device(cfg.device), batch_size=cfg.teacher_batch_size)
+    teacher = Teacher(
+        cfg.teacher,
+        device=resolve_device(cfg.device),
+        batch_size=cfg.teacher_batch_size,
+        backend=cfg.teacher_backend,
+    )
     texts = read_sentences(resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences)
     sets = {"corpus": texts, "pca_fit": _pca_fit_texts(cfg, data_dir)}
     sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(texts, cfg), strict=True)}
@@ -208,7 +213,9 @@ def run_training(
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
         student = build_method_student(cfg, texts, device)
-        teacher = Teacher(cfg.teacher, device=device, batch_size=cfg.teacher_batch_size)
+        teacher = Teacher(
+            cfg.teacher, device=device, batch_size=cfg.teacher_batch_size, backend=cfg.teacher_backend
+        )
     with clock.stage("augment"):
         extra_sets = _augmented(texts, cfg)
     with clock.stage("teacher_targets"):

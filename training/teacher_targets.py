@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from distilembed.errors import UserError
 from training.data.text import content_hash
 from training.target_cache import CacheKey, TargetCache, model_fingerprint
 from training.teachers import embedding_dimension, load_sentence_encoder, resolve_model
@@ -15,15 +16,39 @@ from training.teachers import embedding_dimension, load_sentence_encoder, resolv
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from export.runtime import Encoder
+
 log = logging.getLogger(__name__)
+TEACHER_BACKENDS: tuple[str, ...] = ("auto", "torch", "onnx")
+
+
+def _on_gpu(device: str) -> bool:
+    return not device.startswith("cpu")
 
 
 class Teacher:
     """Resolves, loads (lazily, once) and fingerprints a teacher; caches its targets per corpus."""
 
-    def __init__(self, name: str, *, device: str = "cpu", batch_size: int = 64, chunk: int = 2048) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        device: str = "cpu",
+        batch_size: int = 64,
+        chunk: int = 2048,
+        backend: str = "auto",
+    ) -> None:
+        """``backend``: "torch", "onnx" (CPU only; falls back to torch if parity fails) or "auto"
+        (onnx on a CPU, torch on a GPU)."""
+        if backend not in TEACHER_BACKENDS:
+            raise UserError(f"unknown teacher backend {backend!r} (one of {', '.join(TEACHER_BACKENDS)})")
+        if backend == "onnx" and _on_gpu(device):
+            raise UserError("the onnx teacher backend runs on the CPU only; use --device cpu or torch")
         self.name, self.device, self.batch_size, self.chunk = name, device, batch_size, chunk
+        self.backend = backend
         self.path = resolve_model(name)
+        self._onnx: Encoder | None = None
+        self._onnx_tried = backend == "torch" or _on_gpu(device)
 
     @cached_property
     def model(self) -> SentenceTransformer:
@@ -37,7 +62,18 @@ class Teacher:
     def dim(self) -> int:
         return embedding_dimension(self.model)
 
+    def use_onnx(self, probe: list[str]) -> bool:
+        """Switch encoding to the ONNX copy when the backend allows and parity on ``probe`` holds."""
+        if not self._onnx_tried and probe:
+            from training.onnx_teacher import onnx_teacher
+
+            self._onnx_tried = True
+            self._onnx = onnx_teacher(self.model, self.fingerprint, probe)
+        return self._onnx is not None
+
     def encode(self, texts: list[str]) -> np.ndarray:
+        if self._onnx is not None:
+            return self._onnx.encode(texts, batch_size=self.batch_size)
         import torch
 
         # On a GPU, fp16 autocast: targets are stored as float16 anyway.
@@ -52,6 +88,8 @@ class Teacher:
         key = CacheKey(self.fingerprint, content_hash(texts), int(self.model.max_seq_length))
         cache = TargetCache(key, n=len(texts), dim=self.dim, chunk=self.chunk)
         reused = cache.done_rows()
+        if not cache.complete:
+            self.use_onnx(texts)
         targets = cache.fill(texts, self.encode, desc=f"teacher {self.name}")
         info = {
             "teacher": self.name,
@@ -59,6 +97,7 @@ class Teacher:
             "n": len(texts),
             "dim": self.dim,
             "reused_rows": reused,
+            "backend": "onnx" if self._onnx is not None else "torch",
             "encode_seconds": round(cache.seconds, 1),
         }
         log.info("teacher targets: %s", info)
