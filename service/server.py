@@ -11,6 +11,7 @@ from distilembed.errors import UserError
 from service.app import bundle_sha256, create_app, load_encoder, load_index
 from service.settings import Settings
 from service.state import ServiceState
+from service.write_coalescing import CoalescingHttpToolsProtocol
 
 log = logging.getLogger("distilembed.service")
 
@@ -42,6 +43,7 @@ def run(settings: Settings) -> None:
         limit_concurrency=settings.max_concurrency,
         timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]
         lifespan="on",
+        http=CoalescingHttpToolsProtocol,
     )
     server = _Server(config, app.state.service)
     server.run()

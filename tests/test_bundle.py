@@ -127,3 +127,13 @@ def test_export_cli_writes_bundle_and_refuses_existing(checkpoint, tiny_data, tm
     )
     again = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=300)
     assert again.returncode == 2 and "output exists" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_split_runs_cuts_where_padding_costs_more_than_a_run() -> None:
+    from export.runtime import split_runs
+
+    # one run: 16 + 4 x 40 = 176 padded-token units; two runs: (16 + 3 x 3) + (16 + 40) = 81
+    assert split_runs(np.array([3, 3, 3, 40]), 32, 16.0) == [(0, 3), (3, 4)]
+    assert split_runs(np.array([5, 5, 6, 6]), 32, 16.0) == [(0, 4)]  # too little padding to save
+    assert split_runs(np.array([7] * 10), 4, 16.0) == [(0, 2), (2, 6), (6, 10)]  # at most 4 rows
+    assert split_runs(np.array([], dtype=np.int64), 4, 16.0) == []
