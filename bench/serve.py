@@ -6,7 +6,8 @@ Default run, every phase bounded by --requests and --duration:
     same texts (the serving overhead ratio);
   * /search QPS at concurrency 8 (with --index);
   * --infinity: infinity-emb serving all-MiniLM-L6-v2 ONNX int8 vs this server, requests/s with
-    8 clients sending one sentence each (skipped with a note when infinity_emb is not installed).
+    8 clients sending one sentence each, in --peer-rounds alternating rounds (median ratio);
+    skipped with a note when infinity_emb is not installed.
 --load: --duration seconds (default 120) at concurrency 32 mixing embed, search and upsert (on a
 temporary copy of --index), counting 5xx and the server's RSS at start and end; then the server is
 killed with SIGKILL, restarted on the same index, and every document it held is looked up again.
@@ -20,20 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import random
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +40,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wrk_client  # noqa: E402
-
-Request = tuple[str, str, dict[str, Any] | None]  # method, path, json body
+from http_harness import Phase, Request, closed_loop, free_port, rss_bytes, server  # noqa: E402
 
 
 def sts_sentences(path: Path) -> list[str]:
@@ -59,110 +53,6 @@ def sts_sentences(path: Path) -> list[str]:
         if len(cols) >= 7:
             seen.update(dict.fromkeys(c.strip() for c in cols[5:7] if c.strip()))
     return list(seen)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def rss_bytes(pid: int) -> int | None:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return None
-
-
-@contextlib.contextmanager
-def server(
-    cmd: list[str], ready_url: str, log_path: Path, timeout: float = 180, cwd: Path = ROOT
-) -> Iterator[subprocess.Popen]:
-    """Run a server subprocess until the block ends (SIGTERM, then kill); yield it once it is ready."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if proc.poll() is not None:
-                    tail = log_path.read_text()[-2000:]
-                    sys.exit(f"server exited with {proc.returncode}; log: {log_path}\n{tail}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(ready_url, timeout=2).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    sys.exit(f"server not ready after {timeout:.0f} s; log: {log_path}")
-                time.sleep(0.25)
-            yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@dataclass
-class Phase:
-    latencies: dict[str, list[float]] = field(default_factory=dict)  # kind -> ms, successful requests
-    statuses: Counter = field(default_factory=Counter)
-    errors: int = 0  # transport errors (no HTTP answer)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> int:
-        return sum(len(v) for v in self.latencies.values())
-
-    def summary(self, items_per_request: int = 1) -> dict[str, Any]:
-        every = [x for v in self.latencies.values() for x in v]
-        pct = {f"p{q}_ms": round(float(np.percentile(every, q)), 2) for q in (50, 95, 99)} if every else {}
-        return {
-            "requests": sum(self.statuses.values()) + self.errors,
-            "ok": self.ok,
-            "rps": round(self.ok / self.seconds, 1) if self.seconds else 0.0,
-            "items_per_s": round(self.ok * items_per_request / self.seconds, 1) if self.seconds else 0.0,
-            **pct,
-            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
-            "transport_errors": self.errors,
-            "seconds": round(self.seconds, 2),
-        }
-
-
-async def closed_loop(
-    base: str,
-    make: Callable[[int], tuple[str, Request]],
-    concurrency: int,
-    max_requests: int,
-    duration: float,
-) -> Phase:
-    """``concurrency`` clients, each sending its next request when the last one is answered."""
-    phase, counter = Phase(), iter(range(max_requests))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
-        deadline = time.perf_counter() + duration
-
-        async def worker() -> None:
-            for i in counter:
-                if time.perf_counter() > deadline:
-                    return
-                kind, (method, path, body) = make(i)
-                start = time.perf_counter()
-                try:
-                    response = await client.request(method, path, json=body)
-                except httpx.HTTPError:
-                    phase.errors += 1
-                    continue
-                phase.statuses[response.status_code] += 1
-                if response.status_code < 400:
-                    phase.latencies.setdefault(kind, []).append((time.perf_counter() - start) * 1000)
-
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        phase.seconds = time.perf_counter() - start
-    return phase
 
 
 def run_phase(
@@ -250,11 +140,14 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
                 return "search", ("POST", "/search", {"query": sentences[i % len(sentences)], "top_k": 10})
 
             results["search_c8"] = run_phase(base, search, 8, args).summary()
-    if args.infinity:
-        results["infinity"] = infinity(args, sentences, results.get("embed_1_sentence_c8"))
+        if args.infinity:
+            results["infinity"] = infinity(args, sentences, base)
 
 
-def infinity(args: argparse.Namespace, sentences: list[str], ours: dict | None) -> dict[str, Any]:
+def infinity(args: argparse.Namespace, sentences: list[str], ours: str) -> dict[str, Any]:
+    """infinity-emb against this server (``ours``, still up), c8 one sentence per request, in
+    ``--peer-rounds`` rounds whose order alternates (ours first, then theirs first, ...), so a drift
+    of the machine's speed during the run falls on both; the figure is the median per-round ratio."""
     # infinity pins its own dependency set: it may live in another virtual environment.
     exe = args.infinity_exe or shutil.which("infinity_emb", path=str(Path(sys.executable).parent))
     if exe is None or not Path(exe).exists():
@@ -266,11 +159,24 @@ def infinity(args: argparse.Namespace, sentences: list[str], ours: dict | None) 
     model_id, cwd = (".", Path(args.infinity_model)) if local else (args.infinity_model, ROOT)
     cmd = [exe, "v2", "--model-id", model_id, "--engine", args.infinity_engine, "--device", "cpu"]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--batch-size", str(args.max_batch)]
-    base = f"http://127.0.0.1:{port}"
-    with server(cmd, f"{base}/health", args.log_dir / "infinity.log", cwd=cwd):
-        theirs = run_phase(base, embed_one(sentences, "/embeddings", model_id), 8, args).summary()
-    return {"model": args.infinity_model, "engine": args.infinity_engine,
-            "infinity_c8": theirs, "distilembed_c8": ours}  # fmt: skip
+    theirs = f"http://127.0.0.1:{port}"
+    targets = {
+        "distilembed": (ours, embed_one(sentences)),
+        "infinity": (theirs, embed_one(sentences, "/embeddings", model_id)),
+    }
+    rounds = []
+    with server(cmd, f"{theirs}/health", args.log_dir / "infinity.log", cwd=cwd):
+        for r in range(args.peer_rounds):
+            order = ("distilembed", "infinity") if r % 2 == 0 else ("infinity", "distilembed")
+            measured = {name: run_phase(*targets[name], 8, args).summary() for name in order}
+            ratio = measured["distilembed"]["rps"] / max(measured["infinity"]["rps"], 1e-9)
+            rounds.append({"first": order[0], **measured, "ratio": round(ratio, 3)})
+    return {
+        "model": args.infinity_model,
+        "engine": args.infinity_engine,
+        "rounds": rounds,
+        "median_ratio": round(float(np.median([r["ratio"] for r in rounds])), 3),
+    }
 
 
 def load(args: argparse.Namespace, sentences: list[str], results: dict[str, Any]) -> None:
@@ -358,10 +264,16 @@ def report(results: dict[str, Any]) -> None:
     for key, value in results.items():
         if isinstance(value, dict) and "statuses" in value:
             row(key, value)
-        elif key == "infinity" and "infinity_c8" in value:
-            row("infinity c8", value["infinity_c8"])
+        elif key == "infinity" and "rounds" in value:
+            for r, measured in enumerate(value["rounds"], 1):
+                for name in ("distilembed", "infinity"):
+                    row(f"peer round {r}: {name} c8", measured[name])
     Console(width=140).print(table)
     extras = {k: v for k, v in results.items() if not isinstance(v, dict) or "skipped" in v}
+    if "median_ratio" in results.get("infinity", {}):
+        ratios = [r["ratio"] for r in results["infinity"]["rounds"]]
+        median = results["infinity"]["median_ratio"]
+        extras["distilembed / infinity c8 req/s"] = {"rounds": ratios, "median": median}
     Console().print(extras)
 
 
@@ -389,6 +301,9 @@ def main() -> None:
     parser.add_argument("--infinity-model", default="sentence-transformers/all-MiniLM-L6-v2")
     parser.add_argument("--infinity-exe", help="infinity_emb CLI (e.g. from its own virtual environment)")
     parser.add_argument("--infinity-engine", default="optimum", help="optimum (ONNX) or torch")
+    parser.add_argument(
+        "--peer-rounds", type=int, default=3, help="alternating c8 rounds of this server and infinity"
+    )
     data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
     parser.add_argument("--sts-file", type=Path, default=data / "sts" / "stsbenchmark" / "sts-test.csv")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
