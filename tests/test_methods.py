@@ -103,6 +103,13 @@ def test_interrupted_second_stage_resumes(tiny_teacher, tiny_bert, nli_data, tmp
     assert SentenceTransformer(str(out)).encode(["the dog ."]).shape == (1, 8)
 
 
+def test_congen_trains_a_simtde_shaped_student(tiny_teacher, tiny_bert, nli_data, tmp_path) -> None:
+    cfg = _cfg(tiny_teacher, tiny_bert, "congen", student_arch="simtde", layers=1)
+    saved = run_training(cfg, tmp_path / "congen-simtde", data_dir=str(nli_data))
+    assert saved["student"]["encoder"] == "electra" and saved["student"]["layers"] == 1
+    assert SentenceTransformer(str(tmp_path / "congen-simtde")).encode(["a dog runs ."]).shape == (1, 8)
+
+
 def test_congen_identity_view_reuses_training_targets(tiny_teacher, tiny_bert, nli_data, tmp_path) -> None:
     cfg = _cfg(tiny_teacher, tiny_bert, "congen", congen_views=["none", "deletion"])
     saved = run_training(cfg, tmp_path / "congen", data_dir=str(nli_data))
@@ -121,6 +128,7 @@ def test_congen_identity_view_reuses_training_targets(tiny_teacher, tiny_bert, n
         ({"temperature": 0.0}, "--temperature must be positive"),
         ({"token_dim": 1}, "--token-dim"),
         ({"init_projection": "pca"}, "unknown --init-projection"),
+        ({"student_arch": "lstm"}, "unknown --student-arch"),
     ],
 )
 def test_config_rejects_bad_method_settings(overrides, message) -> None:

@@ -70,6 +70,9 @@ def train_command(
         list[str] | None, Opt("--congen-view", help="ConGen's two views: none, deletion, crop, synonym (x2).")
     ] = None,
     token_dim: Annotated[int | None, Opt(help="SimTDE token-embedding width.")] = None,
+    student_arch: Annotated[
+        str | None, Opt(help="transformer | simtde (compact token embeddings, last K layers) for any method.")
+    ] = None,
     sentence_weight: Annotated[
         float | None, Opt(help="SimTDE sentence-term weight (default: --dim).")
     ] = None,

@@ -7,6 +7,7 @@ from typing import Any
 
 from distilembed.errors import UserError
 
+STUDENT_ARCHS = ("transformer", "simtde")
 METHODS = ("hpd", "ibkd", "distilcse-kd", "distilcse-ckd", "simtde", "congen")
 TWO_STAGE = frozenset({"ibkd", "distilcse-kd", "distilcse-ckd"})
 AUGMENTATIONS = ("synonym", "deletion", "crop")
@@ -63,6 +64,9 @@ class TrainConfig:
     congen_views: tuple[str, ...] = ("deletion", "crop")
     # SimTDE: compact token-embedding width, and the weight of the sentence term (None: dim).
     token_dim: int = 128
+    # The student's shape for any method: "transformer" (a layer-cut copy of --student) or "simtde"
+    # (SimTDE's compact token embeddings + the last K layers); --method simtde always uses the latter.
+    student_arch: str = "transformer"
     sentence_weight: float | None = None
     # Stage 2 of ibkd / distilcse-*: contrastive fine-tuning on NLI triplets (csv, SNLI dir or hf:ID).
     finetune_data: str = "nli/snli_devtest_triplets.csv"
@@ -107,6 +111,9 @@ class TrainConfig:
             raise UserError("--finetune-epochs must be positive")
         if self.token_dim < 2:
             raise UserError("--token-dim must be at least 2")
+        if self.student_arch not in STUDENT_ARCHS:
+            known = ", ".join(STUDENT_ARCHS)
+            raise UserError(f"unknown --student-arch {self.student_arch!r} (known: {known})")
         if self.method == "congen":
             if len(self.congen_views) != 2:
                 raise UserError(f"congen needs exactly two --congen-view, got {len(self.congen_views)}")

@@ -18,7 +18,7 @@ __all__ = ["MethodInputs", "Stage", "build_method_student", "method_stages", "st
 
 def build_method_student(cfg: TrainConfig, texts: list[str], device: str) -> SentenceTransformer:
     """The method's student: the SimTDE ELECTRA student, or a (layer-cut) copy of ``--student``."""
-    if cfg.method == "simtde":
+    if uses_simtde_student(cfg):
         from training.methods.simtde import build_simtde
 
         return build_simtde(cfg, texts, device)
@@ -32,8 +32,12 @@ def build_method_student(cfg: TrainConfig, texts: list[str], device: str) -> Sen
     )
 
 
+def uses_simtde_student(cfg: TrainConfig) -> bool:
+    return cfg.method == "simtde" or cfg.student_arch == "simtde"
+
+
 def student_layers(cfg: TrainConfig) -> int | None:
-    if cfg.method == "simtde":
+    if uses_simtde_student(cfg):
         from training.methods.simtde import simtde_layers
 
         return simtde_layers(cfg)
