@@ -20,6 +20,7 @@ def test_onnx_backend_matches_torch_and_is_exported_once(tiny_teacher: Path) -> 
     exported = list((Path(info["cache_dir"]).parents[1] / "teachers-onnx").iterdir())
     assert len(exported) == 1
     again = Teacher(str(tiny_teacher), backend="auto", chunk=16)
+    assert again.targets(texts)[1]["backend"] == "cached"
     assert again.use_onnx(texts)
     assert again._onnx is not None and again._onnx.bundle == exported[0]
 

@@ -97,7 +97,7 @@ class Teacher:
             "n": len(texts),
             "dim": self.dim,
             "reused_rows": reused,
-            "backend": "onnx" if self._onnx is not None else "torch",
+            "backend": "cached" if reused == len(texts) else ("onnx" if self._onnx is not None else "torch"),
             "encode_seconds": round(cache.seconds, 1),
         }
         log.info("teacher targets: %s", info)
