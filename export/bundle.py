@@ -22,6 +22,7 @@ from distilembed.artifacts import (
 )
 from export.onnx_graph import export_onnx
 from export.runtime import BUNDLE_KIND, MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder
+from export.unfuse import unfuse_file
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,10 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
-    """onnxruntime's transformer fusions (Attention, SkipLayerNorm, BiasGelu) on a portable graph."""
+    """onnxruntime's transformer fusions (Attention, BiasGelu, ...) on a portable graph.
+
+    SkipLayerNormalization is fused (the Attention fusion matches on it) and then undone: its CPU
+    kernel is the slow one (export/unfuse.py)."""
     from onnxruntime.transformers import optimizer
 
     # ELECTRA (the SimTDE student) has BERT layers; onnxruntime has no fusions under its own name.
@@ -52,7 +56,12 @@ def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
         opt_level=1,
     )
     optimized.save_model_to_file(str(out))
-    return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
+    stats = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
+    unfused = unfuse_file(out, out)
+    if unfused:
+        stats.pop("SkipLayerNormalization", None)
+        stats["SkipLayerNormalization unfused to LayerNormalization"] = unfused
+    return stats
 
 
 def _quantize(fp32: Path, out: Path) -> None:

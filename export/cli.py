@@ -46,5 +46,29 @@ def export_command(
     typer.echo(f"bundle {out}: dim {manifest['dim']}, parity {manifest['parity']}")
 
 
+def upgrade_bundle_command(
+    bundle: Annotated[Path, typer.Argument(help="Bundle directory to rewrite in place (atomically).")],
+    sts_dir: Annotated[str | None, Opt(help="STS data for the figures (default: <data-dir>/sts).")] = None,
+    data_dir: Annotated[str | None, Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR")] = None,
+    max_sts_drop: Annotated[float, Opt(help="Refuse the rewrite if int8 STS-B test drops more.")] = 0.5,
+) -> None:
+    """Apply this version's graph rewrites to an existing bundle (no checkpoint needed)."""
+    from distilembed.errors import UserError
+    from distilembed.paths import resolve_data_path
+    from export.unfuse import upgrade_bundle
+    from training.data.sts import load_stsb_split
+    from training.evaluation import evaluate_pairs
+
+    if not (bundle / "manifest.json").is_file():
+        raise UserError(f"not a bundle (no manifest.json): {bundle}")
+    pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
+    sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+    record = upgrade_bundle(
+        bundle, sentences, sts_scores=lambda encode: evaluate_pairs(encode, pairs), max_sts_drop=max_sts_drop
+    )
+    typer.echo(f"bundle {bundle}: {record}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("export")(export_command)
+    app.command("upgrade-bundle")(upgrade_bundle_command)

@@ -24,6 +24,9 @@ BUNDLE_KIND = "bundle"
 # The fixed cost of one onnxruntime call, in padded tokens of MiniLM-L6 int8 (measured on 2 cores:
 # about 1.5 ms per call against 0.053 ms per padded token; docs/decisions.md).
 RUN_COST_TOKENS = 16.0
+# Keeps onnxruntime from fusing Add + LayerNormalization back into its contrib
+# SkipLayerNormalization kernel, six times slower on AVX2 here (export/unfuse.py, decision 16).
+DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
 class BundleError(UserError):
@@ -111,7 +114,10 @@ class Encoder:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
         self.session = ort.InferenceSession(
-            str(self.bundle / MODEL_FILES[variant]), options, providers=["CPUExecutionProvider"]
+            str(self.bundle / MODEL_FILES[variant]),
+            options,
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=list(DISABLED_OPTIMIZERS),
         )
         self.input_names = [i.name for i in self.session.get_inputs()]
 
