@@ -1,0 +1,96 @@
+"""Two bundles' int8 encoding speed, interleaved rounds on the same texts: is B faster than A?
+
+Rounds alternate A, B, B, A, ... so a slow moment of the machine costs both alike. Per batch size,
+sentences/s over the first --n STS-B test sentences through ``export.runtime.Encoder`` (the
+encoder index/ and service/ use), median of --rounds, plus the cosine between the two bundles'
+vectors (is it the same model?). Prints a table, writes JSON.
+
+    git show 421cf10:models/default/model.int8.onnx > /tmp/old/model.int8.onnx  # + manifest, tokenizer
+    python bench/ab_speed.py --a /tmp/old --b models/default --out bench/results/ab_unfuse.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode import stsb_sentences  # noqa: E402
+
+from export.runtime import Encoder  # noqa: E402
+
+
+def rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
+    start = time.perf_counter()
+    for lo in range(0, len(texts), batch_size):
+        encoder.encode(texts[lo : lo + batch_size], batch_size=batch_size)
+    return len(texts) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    data_root = os.environ.get("DISTILEMBED_DATA_DIR", str(ROOT.parent / "shared" / "data"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--a", required=True, type=Path, help="baseline bundle")
+    parser.add_argument("--b", required=True, type=Path, help="candidate bundle")
+    parser.add_argument("--sts-dir", type=Path, default=Path(data_root) / "sts")
+    parser.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
+    parser.add_argument("--n", type=int, default=1024, help="sentences per round")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="bench/results/ab_speed.json")
+    args = parser.parse_args()
+
+    texts = stsb_sentences(args.sts_dir)[: args.n]
+    encoders = {
+        "a": Encoder(args.a, verify=False, threads=args.threads),
+        "b": Encoder(args.b, verify=False, threads=args.threads),
+    }
+    va, vb = encoders["a"].encode(texts), encoders["b"].encode(texts)
+    cos = (va * vb).sum(axis=1) / (np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1))
+    results: dict[str, dict[str, list[float]]] = {}
+    for batch_size in args.batch_sizes:
+        rates: dict[str, list[float]] = {"a": [], "b": []}
+        for round_ in range(args.rounds):
+            order = ("a", "b") if round_ % 2 == 0 else ("b", "a")
+            for name in order:
+                rates[name].append(rate(encoders[name], texts, batch_size))
+        results[str(batch_size)] = rates
+
+    table = Table(title=f"int8 sentences/s, {len(texts)} STS-B test sentences, median of {args.rounds}")
+    for column in ("batch", "A", "B", "B / A"):
+        table.add_column(column, justify="right")
+    summary = {}
+    for batch_size, rates in results.items():
+        a, b = statistics.median(rates["a"]), statistics.median(rates["b"])
+        summary[batch_size] = {"a": round(a, 1), "b": round(b, 1), "ratio": round(b / a, 3)}
+        table.add_row(batch_size, f"{a:.0f}", f"{b:.0f}", f"{b / a:.2f}x")
+    Console().print(table)
+    print(f"cosine A vs B: min {cos.min():.6f}, mean {cos.mean():.6f}")
+    report = {
+        "a": str(args.a),
+        "b": str(args.b),
+        "texts": len(texts),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "summary": summary,
+        "rates": results,
+        "cosine_min": round(float(cos.min()), 6),
+        "cosine_mean": round(float(cos.mean()), 6),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
