@@ -3,7 +3,7 @@
 Rounds alternate A, B, B, A, ... so a slow moment of the machine costs both alike. Per batch size,
 sentences/s over the first --n STS-B test sentences through ``export.runtime.Encoder`` (the
 encoder index/ and service/ use), median of --rounds, plus the cosine between the two bundles'
-vectors (is it the same model?). Prints a table, writes JSON.
+vectors when they have the same width (is it the same model?). Prints a table, writes JSON.
 
     git show 421cf10:models/default/model.int8.onnx > /tmp/old/model.int8.onnx  # + manifest, tokenizer
     python bench/ab_speed.py --a /tmp/old --b models/default --out bench/results/ab_unfuse.json
@@ -57,7 +57,9 @@ def main() -> None:
         "b": Encoder(args.b, verify=False, threads=args.threads),
     }
     va, vb = encoders["a"].encode(texts), encoders["b"].encode(texts)
-    cos = (va * vb).sum(axis=1) / (np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1))
+    cos = None  # different widths (e.g. 384-d vs 128-d) are different models: no cosine
+    if va.shape == vb.shape:
+        cos = (va * vb).sum(axis=1) / (np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1))
     results: dict[str, dict[str, list[float]]] = {}
     for batch_size in args.batch_sizes:
         rates: dict[str, list[float]] = {"a": [], "b": []}
@@ -76,7 +78,8 @@ def main() -> None:
         summary[batch_size] = {"a": round(a, 1), "b": round(b, 1), "ratio": round(b / a, 3)}
         table.add_row(batch_size, f"{a:.0f}", f"{b:.0f}", f"{b / a:.2f}x")
     Console().print(table)
-    print(f"cosine A vs B: min {cos.min():.6f}, mean {cos.mean():.6f}")
+    if cos is not None:
+        print(f"cosine A vs B: min {cos.min():.6f}, mean {cos.mean():.6f}")
     report = {
         "a": str(args.a),
         "b": str(args.b),
@@ -85,8 +88,8 @@ def main() -> None:
         "rounds": args.rounds,
         "summary": summary,
         "rates": results,
-        "cosine_min": round(float(cos.min()), 6),
-        "cosine_mean": round(float(cos.mean()), 6),
+        "cosine_min": None if cos is None else round(float(cos.min()), 6),
+        "cosine_mean": None if cos is None else round(float(cos.mean()), 6),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
