@@ -121,3 +121,28 @@ def test_upgrade_rewrites_an_old_bundle_and_keeps_it_loadable(
     after = Encoder(old, variant="fp32").encode(texts)  # verify=True: the new hashes match
     np.testing.assert_allclose(after, before, atol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old", "student"], "no temp dirs left behind"
+
+
+def test_upgrade_bundle_cli(tiny_bundle: Path, tiny_data: Path, tmp_path: Path) -> None:
+    """A current bundle upgrades as a no-op (0 nodes, still loadable); a non-bundle is a one-line error."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DISTILEMBED_DATA_DIR": str(tiny_data)}
+    copy = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle, copy)
+    cli = [sys.executable, "-m", "distilembed.cli", "upgrade-bundle"]
+    done = subprocess.run(
+        [*cli, str(copy)], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads((copy / "manifest.json").read_text())["graph_rewrites"][-1]
+    assert record["fp32_nodes"] == 0 and record["int8_nodes"] == 0
+    assert Encoder(copy).encode(tiny_sentences(2)).shape == (2, 8)
+
+    bad = subprocess.run(
+        [*cli, str(tmp_path)], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+    assert bad.returncode == 2 and "not a bundle" in bad.stderr and "Traceback" not in bad.stderr
