@@ -7,6 +7,10 @@ file and the "Results" table of docs/methods.md (between its markers) and prints
     python bench/methods.py --preset hpd-mpnet --teacher /models/all-mpnet-base-v2 \\
         --student /models/all-MiniLM-L6-v2 --corpus unlabeled/wiki500k.txt.gz \\
         --n-sentences 500000 --epochs 2 --batch-size 128 --lr 2e-4 --device cuda --jobs 3
+
+``--variant NAME=METHOD [FLAGS]`` adds a row that trains METHOD with extra flags after the shared
+ones, e.g. ``--variant "congen-simtde=congen --student-arch simtde --lr 1.5e-4"`` (SimTDE's student
+trained with ConGen's loss).
 """
 
 from __future__ import annotations
@@ -60,6 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, kind, text in PASS_THROUGH:
         parser.add_argument(flag, type=kind, help=text)
     parser.add_argument("--train-arg", action="append", default=[], help="extra train flag (repeatable)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=METHOD [FLAGS]",
+        help="an extra row: METHOD with extra train flags, e.g. 'congen-simtde=congen --student-arch simtde'",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="methods trained at the same time")
     parser.add_argument("--runs-dir", default="runs/methods", help="checkpoints, bundles and logs")
     parser.add_argument("--data-dir", default=os.environ.get("DISTILEMBED_DATA_DIR"))
@@ -78,9 +89,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
         parser.error(f"unknown method {unknown[0]!r} (known: {', '.join(METHODS)})")
+    try:
+        args.variants = parse_variants(args.variant)
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.rows = [*args.methods, *args.variants]
     if args.jobs < 1:
         parser.error("--jobs must be positive")
     return args
+
+
+def parse_variants(specs: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """``NAME=METHOD [FLAGS]`` -> {NAME: (METHOD, FLAGS)}; the flags come after the shared ones."""
+    variants: dict[str, tuple[str, list[str]]] = {}
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        words = rest.split()
+        if not sep or not name or not words:
+            raise ValueError(f"--variant {spec!r}: expected NAME=METHOD [FLAGS]")
+        if words[0] not in METHODS:
+            raise ValueError(f"--variant {spec!r}: unknown method {words[0]!r}")
+        if name in METHODS or name in variants:
+            raise ValueError(f"--variant {spec!r}: the name {name!r} is taken")
+        variants[name] = (words[0], words[1:])
+    return variants
+
+
+def train_command(row: str, args: argparse.Namespace, out: Path) -> list[str]:
+    """The ``distilembed train`` command of one row: a method, or a variant of one."""
+    method, extra = args.variants.get(row, (row, []))
+    return [*CLI, "train", "--method", method, "--out", str(out), *train_flags(args), *extra]
 
 
 def train_flags(args: argparse.Namespace) -> list[str]:
@@ -113,7 +151,7 @@ def run_method(method: str, args: argparse.Namespace, console: Console) -> dict[
     if (ckpt / "manifest.json").exists():
         status["train"] = "existing"
     else:
-        cmd = [*CLI, "train", "--method", method, "--out", str(ckpt), *train_flags(args)]
+        cmd = train_command(method, args, ckpt)
         if ckpt.with_name(ckpt.name + ".partial").exists():
             cmd.append("--resume")
         console.print(f"[bold]{method}[/]: training, log {logs / f'{method}.train.log'}")
@@ -272,14 +310,14 @@ def rewrite_doc(doc: Path, table: str, note: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console()
-    todo = [m for m in args.methods if not (Path(args.runs_dir) / m / "manifest.json").exists()]
+    todo = [m for m in args.rows if not (Path(args.runs_dir) / m / "manifest.json").exists()]
     if args.jobs > 1 and len(todo) > 1:
         warm_cache(args)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         statuses = dict(
-            zip(args.methods, pool.map(lambda m: run_method(m, args, console), args.methods), strict=True)
+            zip(args.rows, pool.map(lambda m: run_method(m, args, console), args.rows), strict=True)
         )
-    rows = [collect(m, statuses[m]) for m in args.methods]
+    rows = [collect(m, statuses[m]) for m in args.rows]
     speeds = measure_speeds(rows, args, console)
     add_comparisons(rows, speeds)
     out = Path(args.out)
