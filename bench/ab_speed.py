@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -28,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode import stsb_sentences  # noqa: E402
 
-from export.runtime import Encoder  # noqa: E402
+from export.runtime import Encoder, cosines  # noqa: E402
 
 
 def rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
@@ -59,7 +58,7 @@ def main() -> None:
     va, vb = encoders["a"].encode(texts), encoders["b"].encode(texts)
     cos = None  # different widths (e.g. 384-d vs 128-d) are different models: no cosine
     if va.shape == vb.shape:
-        cos = (va * vb).sum(axis=1) / (np.linalg.norm(va, axis=1) * np.linalg.norm(vb, axis=1))
+        cos = cosines(va, vb)
     results: dict[str, dict[str, list[float]]] = {}
     for batch_size in args.batch_sizes:
         rates: dict[str, list[float]] = {"a": [], "b": []}

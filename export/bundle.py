@@ -10,8 +10,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from distilembed.artifacts import (
     atomic_directory,
     atomic_write_json,
@@ -21,8 +19,8 @@ from distilembed.artifacts import (
     tool_versions,
 )
 from export.onnx_graph import export_onnx
-from export.runtime import BUNDLE_KIND, MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder
-from export.unfuse import unfuse_file
+from export.runtime import BUNDLE_KIND, MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder, cosines
+from export.unfuse import unfuse_skip_layer_norm
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +30,6 @@ class ParityGate:
     fp32_min_cosine: float = 0.9999
     int8_mean_cosine: float = 0.99
     int8_max_sts_drop: float = 0.5
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(axis=1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
 
 
 def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
@@ -55,9 +49,9 @@ def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
         hidden_size=config.hidden_size,
         opt_level=1,
     )
-    optimized.save_model_to_file(str(out))
     stats = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
-    unfused = unfuse_file(out, out)
+    unfused = unfuse_skip_layer_norm(optimized.model)
+    optimized.save_model_to_file(str(out))
     if unfused:
         stats.pop("SkipLayerNormalization", None)
         stats["SkipLayerNormalization unfused to LayerNormalization"] = unfused

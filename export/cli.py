@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 Opt = typer.Option
+
+
+def _stsb_test(sts_dir: str | None, data_dir: str | None) -> tuple[list[Any], list[str]]:
+    """STS-B test pairs and their distinct sentences (the parity and STS-B figures' texts)."""
+    from distilembed.paths import resolve_data_path
+    from training.data.sts import load_stsb_split
+
+    pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
+    return pairs, sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
 
 
 def export_command(
@@ -23,17 +32,14 @@ def export_command(
     overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
 ) -> None:
     """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch."""
-    from distilembed.paths import resolve_data_path
     from export.bundle import ParityGate, build_bundle
-    from training.data.sts import load_stsb_split
     from training.evaluation import evaluate_pairs
 
     if out.exists() and not overwrite:
         from distilembed.errors import UserError
 
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
-    pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
-    sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+    pairs, sentences = _stsb_test(sts_dir, data_dir)
     gate = ParityGate(fp32_min_cosine, int8_mean_cosine, int8_max_sts_drop)
     manifest = build_bundle(
         model,
@@ -54,15 +60,12 @@ def upgrade_bundle_command(
 ) -> None:
     """Apply this version's graph rewrites to an existing bundle (no checkpoint needed)."""
     from distilembed.errors import UserError
-    from distilembed.paths import resolve_data_path
     from export.unfuse import upgrade_bundle
-    from training.data.sts import load_stsb_split
     from training.evaluation import evaluate_pairs
 
     if not (bundle / "manifest.json").is_file():
         raise UserError(f"not a bundle (no manifest.json): {bundle}")
-    pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
-    sentences = sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+    pairs, sentences = _stsb_test(sts_dir, data_dir)
     record = upgrade_bundle(
         bundle, sentences, sts_scores=lambda encode: evaluate_pairs(encode, pairs), max_sts_drop=max_sts_drop
     )

@@ -29,6 +29,11 @@ RUN_COST_TOKENS = 16.0
 DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cosine of two equally shaped arrays of vectors."""
+    return (a * b).sum(axis=1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+
+
 class BundleError(UserError):
     """A bundle that is missing, corrupt, or not what its manifest says."""
 

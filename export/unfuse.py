@@ -112,7 +112,7 @@ def upgrade_bundle(
     Spearman) is given, the new STS-B test figure per variant; a drop of more than
     ``max_sts_drop`` against the old graph aborts with nothing changed.
     """
-    from export.runtime import MODEL_FILES, BundleError, Encoder, verify_bundle
+    from export.runtime import MODEL_FILES, BundleError, Encoder, cosines, verify_bundle
 
     present = [f for f in MODEL_FILES.values() if (bundle / f).is_file()]
     manifest = verify_bundle(bundle, present) if present else read_manifest(bundle)
@@ -123,7 +123,8 @@ def upgrade_bundle(
     }
     with atomic_directory(bundle, overwrite=True) as tmp:
         for item in bundle.iterdir():
-            if item.is_file():  # the old manifest too: Encoder(tmp) reads it until the new one lands
+            # The graphs are written below; the old manifest is copied: Encoder(tmp) reads it.
+            if item.is_file() and item.name not in present:
                 shutil.copy2(item, tmp / item.name)
         for variant, name in MODEL_FILES.items():
             if name not in present:
@@ -134,8 +135,7 @@ def upgrade_bundle(
                 continue
             old = Encoder(bundle, variant=variant, verify=False)
             new = Encoder(tmp, variant=variant, verify=False)
-            a, b = old.encode(texts), new.encode(texts)
-            cos = (a * b).sum(axis=1)
+            cos = cosines(old.encode(texts), new.encode(texts))
             record[f"{variant}_min_cosine_vs_previous"] = round(float(cos.min()), 6)
             record[f"{variant}_mean_cosine_vs_previous"] = round(float(cos.mean()), 6)
             if sts_scores is not None:

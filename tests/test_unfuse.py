@@ -103,7 +103,7 @@ def test_upgrade_rewrites_an_old_bundle_and_keeps_it_loadable(
     checkpoint = tmp_path / "student"
     build_student(str(tiny_bert), dim=8, max_seq_len=16).save(str(checkpoint))
     with monkeypatch.context() as patch:
-        patch.setattr(export.bundle, "unfuse_file", lambda src, dst: 0)
+        patch.setattr(export.bundle, "unfuse_skip_layer_norm", lambda model: 0)
         old = tmp_path / "old"
         build_bundle(checkpoint, old, parity_texts=tiny_sentences(20), gate=ParityGate(int8_mean_cosine=0.0))
     assert "SkipLayerNormalization" in {n.op_type for n in onnx.load(str(old / "model.onnx")).graph.node}
