@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 2's CPU HPD run, one resumable chain: mpnet targets for 200k Wikipedia sentences (about
-# 2.5 h on 2 cores with the ONNX teacher), the hpd-mpnet-cpu training (about 2.5 h), STS
+# Issue 2's CPU HPD run, one resumable chain: mpnet targets for 200k Wikipedia sentences (50 min
+# on 2 cores with the ONNX teacher), the hpd-mpnet-cpu training (77 min), STS
 # evaluation, then the Quora retrieval benchmark with the same 200k sentences as distractors
 # (their mpnet vectors are the cache the first step fills). Rerun the same command after an
 # interruption: every step continues where it stopped. Logs: runs/logs/cpu-hpd-*.log.
