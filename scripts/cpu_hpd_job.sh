@@ -22,4 +22,4 @@ resume=()
 "$PY" -m distilembed.cli export --model "$OUT" --out "$OUT-bundle" --overwrite \
   2>&1 | tee runs/logs/cpu-hpd-export.log
 "$PY" bench/quora_sr.py --bundle "$OUT-bundle" --distractors 200000 \
-  2>&1 | tee runs/logs/cpu-hpd-quora.log
+  --out "bench/results/quora_sr_$(basename "$OUT")_d200k.json" 2>&1 | tee runs/logs/cpu-hpd-quora.log
