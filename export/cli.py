@@ -13,10 +13,10 @@ Opt = typer.Option
 def _stsb_test(sts_dir: str | None, data_dir: str | None) -> tuple[list[Any], list[str]]:
     """STS-B test pairs and their distinct sentences (the parity and STS-B figures' texts)."""
     from distilembed.paths import resolve_data_path
-    from training.data.sts import load_stsb_split
+    from training.data.sts import distinct_sentences, load_stsb_split
 
     pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
-    return pairs, sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+    return pairs, distinct_sentences(pairs)
 
 
 def export_command(

@@ -19,7 +19,7 @@ from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
-from training.data.sts import find_sts_sets, load_stsb_split, read_stsb
+from training.data.sts import distinct_sentences, find_sts_sets, load_stsb_split, read_stsb
 from training.data.text import content_hash, read_sentences
 from training.evaluation import evaluate_pairs, evaluate_sts, sentence_transformer_encoder
 from training.losses.hpd import PCATargets
@@ -82,14 +82,13 @@ def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
     if not path.is_file():
         raise UserError(f"--pca-fit file not found: {path}")
     if path.suffix == ".csv":
-        pairs = read_stsb(path)
-        return sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+        return distinct_sentences(read_stsb(path))
     return sorted(set(read_sentences(path)))
 
 
 def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:
     pairs = load_stsb_split(sts_dir, split)
-    return pairs, sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
+    return pairs, distinct_sentences(pairs)
 
 
 def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[str, int]:

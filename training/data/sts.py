@@ -256,3 +256,8 @@ def load_stsb_split(sts_dir_or_file: str | Path, split: str) -> list[STSPair]:
     if not candidates:
         raise UserError(f"no {name} under {given}")
     return read_stsb(min(candidates, key=_stsb_rank))
+
+
+def distinct_sentences(pairs: Sequence[STSPair]) -> list[str]:
+    """Every sentence of ``pairs`` once, sorted (what a teacher or an encoder has to embed)."""
+    return sorted({p.sentence1 for p in pairs} | {p.sentence2 for p in pairs})
