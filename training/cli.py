@@ -36,6 +36,10 @@ def train_command(
     projection_sample: Annotated[
         int | None, Opt(help="Training sentences the ridge warm start is fitted on.")
     ] = None,
+    init_from: Annotated[
+        str | None,
+        Opt(help="Start from this finished checkpoint's weights (fresh optimiser): more epochs on a run."),
+    ] = None,
     corpus: Annotated[str | None, Opt(help="Unlabeled corpus (.txt / .txt.gz).")] = None,
     n_sentences: Annotated[int | None, Opt(help="Use the first N sentences of the corpus.")] = None,
     pca_sample: Annotated[int | None, Opt(help="Sentences the teacher PCA is fitted on.")] = None,

@@ -28,6 +28,9 @@ class TrainConfig:
     # (training/projection_init.py), on a sample of projection_sample training sentences.
     init_projection: str = "random"
     projection_sample: int = 10_000
+    # A finished checkpoint of the same student shape whose weights (encoder and projection) the
+    # run starts from, with a fresh optimiser and schedule: more epochs on top of an earlier run.
+    init_from: str | None = None
     corpus: str = "unlabeled/enwiki2015_1m_sentences.txt.gz"
     n_sentences: int = 200_000
     pca_sample: int = 100_000
@@ -94,6 +97,8 @@ class TrainConfig:
             raise UserError(
                 f"unknown --init-projection {self.init_projection!r} (known: {', '.join(PROJECTION_INITS)})"
             )
+        if self.init_from is not None and self.init_projection != "random":
+            raise UserError("--init-from starts from a trained projection; drop --init-projection")
         if self.projection_sample < 2:
             raise UserError("--projection-sample must be at least 2")
         self._validate_method_fields()

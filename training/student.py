@@ -5,6 +5,7 @@ and a learnable linear projection to d, saved as a plain sentence-transformers p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from sentence_transformers import SentenceTransformer
@@ -87,6 +88,24 @@ def build_student(
     nn.init.xavier_uniform_(dense.linear.weight)
     nn.init.zeros_(dense.linear.bias)
     return SentenceTransformer(modules=[transformer, pooling, dense, models.Normalize()], device=device)
+
+
+def load_trained_weights(student: SentenceTransformer, checkpoint: str) -> None:
+    """Copy every weight of a finished checkpoint of the same shape (``--init-from``) into
+    ``student``: training goes on from it, with a fresh optimiser and schedule."""
+    path = Path(checkpoint)
+    if not (path / "modules.json").is_file():
+        raise UserError(f"--init-from {checkpoint}: not a sentence-transformers checkpoint folder")
+    trained = SentenceTransformer(str(path), device=str(student.device))
+    mine, theirs = student.state_dict(), trained.state_dict()
+    same = {k for k in mine.keys() & theirs.keys() if mine[k].shape == theirs[k].shape}
+    mismatched = sorted((mine.keys() | theirs.keys()) - same)
+    if mismatched:
+        raise UserError(
+            f"--init-from {checkpoint} has another shape than the student ({len(mismatched)} tensors differ, "
+            f"e.g. {mismatched[0]})"
+        )
+    student.load_state_dict(theirs)
 
 
 def projected_embeddings(student: SentenceTransformer, texts: list[str]) -> torch.Tensor:

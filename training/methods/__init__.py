@@ -11,25 +11,30 @@ from sentence_transformers import SentenceTransformer
 
 from training.config import TrainConfig
 from training.methods.base import MethodInputs, Stage
-from training.student import build_student
+from training.student import build_student, load_trained_weights
 
 __all__ = ["MethodInputs", "Stage", "build_method_student", "method_stages", "student_layers"]
 
 
 def build_method_student(cfg: TrainConfig, texts: list[str], device: str) -> SentenceTransformer:
-    """The method's student: the SimTDE ELECTRA student, or a (layer-cut) copy of ``--student``."""
+    """The method's student: the SimTDE ELECTRA student, or a (layer-cut) copy of ``--student``;
+    with ``--init-from``, the weights of that finished checkpoint."""
     if uses_simtde_student(cfg):
         from training.methods.simtde import build_simtde
 
-        return build_simtde(cfg, texts, device)
-    return build_student(
-        cfg.student,
-        cfg.dim,
-        cfg.layers,
-        max_seq_len=cfg.max_seq_len,
-        device=device,
-        freeze_embeddings=cfg.freeze_embeddings,
-    )
+        student = build_simtde(cfg, texts, device)
+    else:
+        student = build_student(
+            cfg.student,
+            cfg.dim,
+            cfg.layers,
+            max_seq_len=cfg.max_seq_len,
+            device=device,
+            freeze_embeddings=cfg.freeze_embeddings,
+        )
+    if cfg.init_from is not None:
+        load_trained_weights(student, cfg.init_from)
+    return student
 
 
 def uses_simtde_student(cfg: TrainConfig) -> bool:
