@@ -91,18 +91,18 @@ def build_student(
 
 
 def load_trained_weights(student: SentenceTransformer, checkpoint: str) -> None:
-    """Copy every weight of a finished checkpoint of the same shape (``--init-from``) into
-    ``student``: training goes on from it, with a fresh optimiser and schedule."""
+    """Copy every weight of a saved checkpoint of the same shape into ``student``: the start of an
+    ``--init-from`` run, and the weights of a ``--resume`` snapshot."""
     path = Path(checkpoint)
     if not (path / "modules.json").is_file():
-        raise UserError(f"--init-from {checkpoint}: not a sentence-transformers checkpoint folder")
+        raise UserError(f"{checkpoint}: not a sentence-transformers checkpoint folder")
     trained = SentenceTransformer(str(path), device=str(student.device))
     mine, theirs = student.state_dict(), trained.state_dict()
     same = {k for k in mine.keys() & theirs.keys() if mine[k].shape == theirs[k].shape}
     mismatched = sorted((mine.keys() | theirs.keys()) - same)
     if mismatched:
         raise UserError(
-            f"--init-from {checkpoint} has another shape than the student ({len(mismatched)} tensors differ, "
+            f"checkpoint {checkpoint} has another shape than the student ({len(mismatched)} tensors differ, "
             f"e.g. {mismatched[0]})"
         )
     student.load_state_dict(theirs)

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from distilembed.artifacts import atomic_directory, atomic_write_json
+from training.student import load_trained_weights
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,7 @@ class Trainer:
 
     def load_state(self) -> None:
         """Restore weights, optimiser, schedule and progress from the last snapshot."""
-        loaded = SentenceTransformer(str(self.state_dir / "model"), device=self.device)
-        self.student.load_state_dict(loaded.state_dict())
+        load_trained_weights(self.student, str(self.state_dir / "model"))
         blob = torch.load(self.state_dir / "optim.pt", weights_only=False)
         self.optimizer.load_state_dict(blob["optimizer"])
         self.scheduler.load_state_dict(blob["scheduler"])
