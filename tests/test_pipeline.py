@@ -102,6 +102,8 @@ def _cli(*args, env_data=None):
     [
         (["--corpus", "missing.txt"], "corpus not found"),
         (["--corpus", "empty.txt"], "corpus is empty"),
+        (["--skip-sentences", "100000000"], "no sentences after skipping the first 100000000"),
+        (["--skip-sentences", "-1"], "must not be negative"),
         (["--corpus", "data.parquet"], "unknown corpus format"),
         (["--teacher", "no-such-teacher"], "model not found"),
         (["--dim", "64"], "smaller than the student's hidden size 32"),

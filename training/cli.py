@@ -42,6 +42,9 @@ def train_command(
     ] = None,
     corpus: Annotated[str | None, Opt(help="Unlabeled corpus (.txt / .txt.gz).")] = None,
     n_sentences: Annotated[int | None, Opt(help="Use the first N sentences of the corpus.")] = None,
+    skip_sentences: Annotated[
+        int | None, Opt(help="Skip the corpus's first N sentences (a fresh slice for --init-from).")
+    ] = None,
     pca_sample: Annotated[int | None, Opt(help="Sentences the teacher PCA is fitted on.")] = None,
     pca_fit: Annotated[
         str | None, Opt(help="'corpus' or a data file (STS-B csv / text) whose sentences fit the PCA.")
@@ -108,6 +111,7 @@ def targets_command(
     teacher: Annotated[str, Opt(help="Teacher folder, packaged name or hub id.")],
     corpus: Annotated[str, Opt(help="Unlabeled corpus (.txt / .txt.gz).")],
     n_sentences: Annotated[int | None, Opt(help="Use the first N sentences.")] = None,
+    skip_sentences: Annotated[int, Opt(help="Skip the corpus's first N sentences.")] = 0,
     batch_size: Annotated[int, Opt()] = 64,
     device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
     teacher_backend: Annotated[str, Opt(help=BACKEND_HELP)] = "auto",
@@ -119,7 +123,7 @@ def targets_command(
     from training.teacher_targets import Teacher
     from training.trainer import resolve_device
 
-    texts = read_sentences(resolve_data_path(corpus, data_dir), limit=n_sentences)
+    texts = read_sentences(resolve_data_path(corpus, data_dir), limit=n_sentences, skip=skip_sentences)
     encoder = Teacher(teacher, device=resolve_device(device), batch_size=batch_size, backend=teacher_backend)
     _, info = encoder.targets(texts)
     typer.echo(info)

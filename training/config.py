@@ -33,6 +33,8 @@ class TrainConfig:
     init_from: str | None = None
     corpus: str = "unlabeled/enwiki2015_1m_sentences.txt.gz"
     n_sentences: int = 200_000
+    # Skip this many corpus sentences first: a fresh slice for a continued run (--init-from).
+    skip_sentences: int = 0
     pca_sample: int = 100_000
     # "corpus" fits the PCA on the first pca_sample training sentences; a data path (STS-B csv or
     # text file) fits it on that file's unique sentences instead (see docs/decisions.md).

@@ -100,7 +100,9 @@ def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[
         batch_size=cfg.teacher_batch_size,
         backend=cfg.teacher_backend,
     )
-    texts = read_sentences(resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences)
+    texts = read_sentences(
+        resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences, skip=cfg.skip_sentences
+    )
     sets = {"corpus": texts, "pca_fit": _pca_fit_texts(cfg, data_dir)}
     sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(texts, cfg), strict=True)}
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
@@ -207,7 +209,7 @@ def run_training(
     torch.manual_seed(cfg.seed)
 
     with clock.stage("data"):
-        texts = read_sentences(corpus_path, limit=cfg.n_sentences)
+        texts = read_sentences(corpus_path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
         pca_texts = _pca_fit_texts(cfg, data_dir)
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):

@@ -41,14 +41,23 @@ def iter_sentences(path: str | Path) -> Iterator[str]:
         log.warning("%s: %d lines had invalid UTF-8", path, bad)
 
 
-def read_sentences(path: str | Path, limit: int | None = None) -> list[str]:
-    """The first ``limit`` sentences of a corpus; an empty corpus is an error."""
+def read_sentences(path: str | Path, limit: int | None = None, skip: int = 0) -> list[str]:
+    """``limit`` sentences of a corpus after its first ``skip``; nothing to return is an error.
+
+    ``skip`` selects a later slice of a big corpus, e.g. fresh sentences for more training on top of
+    a run whose first slice (and its cached teacher targets) is already used."""
+    if skip < 0:
+        raise UserError(f"--skip-sentences must not be negative, got {skip}")
     out: list[str] = []
-    for text in iter_sentences(path):
+    for index, text in enumerate(iter_sentences(path)):
+        if index < skip:
+            continue
         if limit is not None and len(out) >= limit:
             break
         out.append(text)
     if not out:
+        if skip:
+            raise UserError(f"corpus has no sentences after skipping the first {skip}: {path}")
         raise UserError(f"corpus is empty: {path}")
     return out
 
