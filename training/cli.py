@@ -129,9 +129,45 @@ def targets_command(
     typer.echo(info)
 
 
+def average_command(
+    checkpoints: Annotated[list[Path], typer.Argument(help="Two or more checkpoints of one student.")],
+    out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
+    greedy: Annotated[
+        bool, Opt(help="Greedy soup: add checkpoints best-first, each only if STS-B dev does not drop.")
+    ] = False,
+    dev: Annotated[bool, Opt("--dev/--no-dev", help="Score STS-B dev (needed by --greedy).")] = True,
+    sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
+    data_dir: DataDir = None,
+    overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
+) -> None:
+    """Average the weights of checkpoints of one student (a uniform or greedy model soup)."""
+    from distilembed.paths import resolve_data_path
+    from training.average import average_checkpoints
+    from training.data.sts import load_stsb_split
+    from training.evaluation import evaluate_pairs, sentence_transformer_encoder
+
+    score = None
+    if dev or greedy:
+        from sentence_transformers import SentenceTransformer
+
+        pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "dev")
+
+        def score(path: Path) -> float:
+            model = SentenceTransformer(str(path), device="cpu")
+            return evaluate_pairs(sentence_transformer_encoder(model, batch_size=128), pairs)
+
+    manifest = average_checkpoints(checkpoints, out, score=score, greedy=greedy, overwrite=overwrite)
+    summary = manifest["average"]
+    typer.echo(
+        f"{out}: {summary['recipe']} of {len(summary['chosen'])} of {len(checkpoints)} checkpoints, "
+        f"STS-B dev {summary['dev_spearman']}"
+    )
+
+
 def register(app: typer.Typer) -> None:
     from training.eval_cli import eval_command
 
     app.command("train")(train_command)
     app.command("eval")(eval_command)
     app.command("targets")(targets_command)
+    app.command("average")(average_command)

@@ -1,0 +1,90 @@
+"""Checkpoint averaging (uniform and greedy model soups) on hand-made tensors and tiny checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from distilembed.errors import UserError
+from tests.test_pipeline import _cli
+from tests.tiny_models import make_tiny_sentence_model
+from training.average import average_checkpoints, average_state_dicts
+
+PROBE = "embeddings.LayerNorm.bias"
+
+
+def test_mean_of_float_tensors_on_a_hand_computed_case() -> None:
+    ids = torch.arange(3)
+    states = [
+        {"w": torch.tensor([1.0, 2.0]), "ids": ids},
+        {"w": torch.tensor([3.0, 6.0]), "ids": ids},
+        {"w": torch.tensor([2.0, 1.0]), "ids": ids},
+    ]
+    out = average_state_dicts(states)
+    assert torch.equal(out["w"], torch.tensor([2.0, 3.0]))
+    assert torch.equal(out["ids"], ids)
+
+
+@pytest.mark.parametrize(
+    ("other", "message"),
+    [
+        ({"w": torch.zeros(3)}, "shape"),
+        ({"v": torch.zeros(2)}, "different weights"),
+        ({"w": torch.zeros(2, dtype=torch.int64)}, "non-float weights differ"),
+    ],
+)
+def test_mismatched_checkpoints_are_a_user_error(other: dict, message: str) -> None:
+    first = {"w": torch.ones(2, dtype=other["w"].dtype if "w" in other else torch.float32)}
+    with pytest.raises(UserError, match=message):
+        average_state_dicts([first, other])
+
+
+def _checkpoint(root: Path, name: str, value: float) -> Path:
+    """A tiny sentence model whose PROBE tensor is the constant ``value``."""
+    path = make_tiny_sentence_model(root / name, hidden=16, seed=1)
+    weights = load_file(str(path / "model.safetensors"))
+    weights[PROBE] = torch.full_like(weights[PROBE], value)
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path
+
+
+def _probe(path: Path) -> float:
+    return float(load_file(str(path / "model.safetensors"))[PROBE].mean())
+
+
+def test_uniform_average_writes_a_loadable_checkpoint_with_the_mean(tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    sources = [_checkpoint(tmp_path, "a", 0.0), _checkpoint(tmp_path, "b", 3.0)]
+    out = tmp_path / "soup"
+    manifest = average_checkpoints(sources, out)
+    assert _probe(out) == pytest.approx(1.5)
+    assert manifest["average"]["recipe"] == "uniform"
+    assert manifest["average"]["chosen"] == [str(s) for s in sources]
+    assert SentenceTransformer(str(out), device="cpu").encode(["a cat ."]).shape == (1, 16)
+
+
+def test_greedy_soup_keeps_an_ingredient_only_when_the_score_does_not_drop(tmp_path: Path) -> None:
+    # Score: closeness of the probe to 0.4. Own scores rank a (0) > b (1) > c (10). The soup a+b
+    # (0.5) scores better than a alone and is kept; adding c (mean 3.67) scores worse and is dropped.
+    a, b, c = (_checkpoint(tmp_path, n, v) for n, v in (("a", 0.0), ("b", 1.0), ("c", 10.0)))
+    manifest = average_checkpoints(
+        [c, b, a], tmp_path / "soup", score=lambda p: -abs(_probe(p) - 0.4), greedy=True
+    )
+    summary = manifest["average"]
+    assert summary["chosen"] == [str(a), str(b)]
+    assert [step["kept"] for step in summary["greedy_steps"]] == [True, True, False]
+    assert summary["dev_spearman"] == pytest.approx(-0.1, abs=1e-6)
+    assert _probe(tmp_path / "soup") == pytest.approx(0.5)
+
+
+def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
+    real = _checkpoint(tmp_path, "a", 0.0)
+    result = _cli("average", str(real), str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--no-dev")
+    assert result.returncode == 2, result.stderr
+    assert "checkpoint not found" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "o").exists()

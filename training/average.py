@@ -1,0 +1,168 @@
+"""Checkpoint averaging: the element-wise mean of the weights of several checkpoints of one student.
+
+Uniform and greedy "model soups" (Wortsman et al., *Model soups: averaging weights of multiple
+fine-tuned models improves accuracy without increasing inference time*, ICML 2022, section 3):
+
+    theta_soup = (1 / |S|) * sum_{i in S} theta_i
+
+The uniform soup takes every ingredient. The greedy soup ranks the ingredients by their own
+held-out score (STS-B dev here), starts from the best one and adds each next one only if the
+soup's score does not drop. Averaging the snapshots along the tail of one run is Stochastic Weight
+Averaging (Izmailov et al., *Averaging Weights Leads to Wider Optima and Better Generalization*,
+UAI 2018). Inference costs nothing extra: the result is an ordinary checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from distilembed.artifacts import read_manifest, sha256_tree
+from distilembed.errors import UserError
+from training.checkpoint import CURVE_JSON, CURVE_PNG, write_checkpoint
+
+log = logging.getLogger(__name__)
+NOT_COPIED = frozenset({"manifest.json", CURVE_JSON, CURVE_PNG})
+ScoreFn = Callable[[Path], float]
+
+
+def average_state_dicts(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The mean of each floating-point tensor over ``states``; other tensors (integer buffers such
+    as position ids) must agree and are taken as they are. Keys and shapes must match."""
+    if not states:
+        raise UserError("nothing to average")
+    first = states[0]
+    out: dict[str, torch.Tensor] = {}
+    for index, state in enumerate(states[1:], 1):
+        if state.keys() != first.keys():
+            diff = sorted(set(state) ^ set(first))[:3]
+            raise UserError(f"checkpoint {index} has different weights than checkpoint 0 (e.g. {diff})")
+    for key, tensor in first.items():
+        for index, state in enumerate(states[1:], 1):
+            if state[key].shape != tensor.shape:
+                shapes = f"{tuple(state[key].shape)} in checkpoint {index}, {tuple(tensor.shape)} in 0"
+                raise UserError(f"{key}: shape {shapes}")
+        if tensor.is_floating_point():
+            total = torch.zeros_like(tensor, dtype=torch.float64)
+            for state in states:
+                total += state[key].to(torch.float64)
+            out[key] = (total / len(states)).to(tensor.dtype)
+        else:
+            if any(not torch.equal(state[key], tensor) for state in states[1:]):
+                raise UserError(f"{key}: non-float weights differ between checkpoints")
+            out[key] = tensor.clone()
+    return out
+
+
+def _weight_files(folder: Path) -> list[str]:
+    if not (folder / "modules.json").is_file():
+        raise UserError(f"not a sentence-transformers checkpoint (no modules.json): {folder}")
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.safetensors"))
+    if not files:
+        raise UserError(f"no .safetensors weights in {folder}")
+    return files
+
+
+def write_average(sources: Sequence[Path], folder: Path) -> None:
+    """Write into ``folder`` the first source's files with every weight file averaged over ``sources``."""
+    names = _weight_files(sources[0])
+    for source in sources[1:]:
+        if _weight_files(source) != names:
+            raise UserError(f"{source} has other weight files than {sources[0]}: {names}")
+    shutil.copytree(
+        sources[0], folder, dirs_exist_ok=True, ignore=lambda _d, n: [x for x in n if x in NOT_COPIED]
+    )
+    for name in names:
+        averaged = average_state_dicts([load_file(str(source / name)) for source in sources])
+        save_file(averaged, str(folder / name), metadata={"format": "pt"})
+
+
+def _source_record(path: Path, score: float | None) -> dict[str, Any]:
+    record: dict[str, Any] = {"path": str(path), "files": sha256_tree(path)}
+    if (path / "manifest.json").is_file():
+        manifest = read_manifest(path)
+        record["method"] = manifest.get("method")
+        record["best_dev_spearman"] = manifest.get("training", {}).get("best_dev_spearman")
+    if score is not None:
+        record["dev_spearman"] = round(score, 2)
+    return record
+
+
+def greedy_soup(
+    sources: Sequence[Path], score: ScoreFn, workdir: Path
+) -> tuple[list[Path], list[dict[str, Any]]]:
+    """Wortsman et al.'s greedy soup: ingredients by their own score, each kept only if the soup's
+    score does not drop. Returns the chosen sources and one log row per step."""
+    own = {source: score(source) for source in sources}
+    ranked = sorted(sources, key=lambda s: own[s], reverse=True)
+    chosen = [ranked[0]]
+    best = own[ranked[0]]
+    steps: list[dict[str, Any]] = [
+        {"added": str(ranked[0]), "own_dev": round(best, 2), "dev_spearman": round(best, 2), "kept": True}
+    ]
+    for candidate in ranked[1:]:
+        trial = workdir / f"trial-{len(steps)}"
+        write_average([*chosen, candidate], trial)
+        value = score(trial)
+        kept = value >= best
+        steps.append(
+            {
+                "added": str(candidate),
+                "own_dev": round(own[candidate], 2),
+                "dev_spearman": round(value, 2),
+                "kept": kept,
+            }
+        )
+        log.info("soup + %s: dev %.2f (%s)", candidate, value, "kept" if kept else "dropped")
+        if kept:
+            chosen.append(candidate)
+            best = value
+        shutil.rmtree(trial)
+    return chosen, steps
+
+
+def average_checkpoints(
+    sources: Sequence[Path],
+    out: Path,
+    score: ScoreFn | None = None,
+    greedy: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Average ``sources`` (all of them, or a greedy soup when ``greedy``) into the checkpoint ``out``."""
+    if len(sources) < 2:
+        raise UserError("give at least two checkpoints to average")
+    if greedy and score is None:
+        raise UserError("a greedy soup needs a dev score")
+    for source in sources:
+        if not source.is_dir():
+            raise UserError(f"checkpoint not found: {source}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".average-", dir=out.parent) as scratch:
+        work = Path(scratch)
+        chosen, steps = greedy_soup(sources, score, work) if greedy and score else (list(sources), [])
+        soup = work / "soup"
+        write_average(chosen, soup)
+        soup_score = score(soup) if score else None
+        first = read_manifest(chosen[0]) if (chosen[0] / "manifest.json").is_file() else {}
+        manifest = {
+            "method": "average",
+            "average": {
+                "recipe": "greedy soup" if greedy else "uniform",
+                "sources": [_source_record(s, None) for s in sources],
+                "chosen": [str(s) for s in chosen],
+                "greedy_steps": steps,
+                "dev_spearman": round(soup_score, 2) if soup_score is not None else None,
+            },
+            "teacher": first.get("teacher"),
+            "student": first.get("student"),
+            "config": first.get("config"),
+        }
+        write_checkpoint(soup, out, manifest, curve=[], overwrite=overwrite)
+    return read_manifest(out)
