@@ -3,7 +3,9 @@
 #   1. mpnet targets for 200k Wikipedia sentences (50 min with the ONNX teacher);
 #   2. hpd-mpnet-cpu, one epoch from MiniLM-L6 with a random projection (77 min);
 #   3. 1.5 more epochs from step 2's best checkpoint, fresh optimiser at lr 1e-4 (--init-from, ~105 min);
-#   4. STS evaluation, export, and the Quora retrieval benchmark with the same 200k sentences as
+#   4. targets for the next 200k sentences (--skip-sentences 200000, 44 min), and one epoch on them
+#      from step 3's best checkpoint (75 min);
+#   5. STS evaluation, export, and the Quora retrieval benchmark with the same 200k sentences as
 #      distractors (their mpnet vectors are the cache step 1 fills).
 # Rerun the same command after an interruption: every step continues where it stopped, and a
 # finished checkpoint is not trained again. Logs: runs/logs/cpu-hpd-*.log.
@@ -11,7 +13,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DISTILEMBED_DATA_DIR="${DISTILEMBED_DATA_DIR:-../shared/data}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT="${1:-runs/hpd-cpu}"
-FINAL="$OUT-e2"
+E2="$OUT-e2"
+FINAL="$OUT-e3"
 PY=.venv/bin/python
 mkdir -p runs/logs
 CORPUS=unlabeled/enwiki2015_1m_sentences.txt.gz
@@ -32,7 +35,10 @@ train() {  # train OUT_DIR LOG_NAME ARGS...: skip a finished checkpoint, resume 
 "$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" \
   --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets.log
 train "$OUT" cpu-hpd-train
-train "$FINAL" cpu-hpd-e2-train --init-from "$OUT" --seed 43 --lr 1e-4 --epochs 1.5
+train "$E2" cpu-hpd-e2-train --init-from "$OUT" --seed 43 --lr 1e-4 --epochs 1.5
+"$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" --skip-sentences 200000 \
+  --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets-slice2.log
+train "$FINAL" cpu-hpd-e3-train --init-from "$E2" --skip-sentences 200000 --seed 44 --lr 1e-4 --epochs 1
 "$PY" -m distilembed.cli eval --model "$FINAL" 2>&1 | tee runs/logs/cpu-hpd-eval.log
 "$PY" -m distilembed.cli export --model "$FINAL" --out "$FINAL-bundle" --overwrite \
   2>&1 | tee runs/logs/cpu-hpd-export.log
