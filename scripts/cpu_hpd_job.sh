@@ -4,8 +4,9 @@
 #   2. hpd-mpnet-cpu, one epoch from MiniLM-L6 with a random projection (77 min);
 #   3. 1.5 more epochs from step 2's best checkpoint, fresh optimiser at lr 1e-4 (--init-from, ~105 min);
 #   4. targets for the next 200k sentences (--skip-sentences 200000, 44 min), and one epoch on them
-#      from step 3's best checkpoint (75 min);
-#   5. STS evaluation, export, and the Quora retrieval benchmark with the same 200k sentences as
+#      from step 3's best checkpoint (75 min), keeping the student of every dev evaluation;
+#   5. a greedy soup of those students, chosen on STS-B dev (distilembed average, 4 min);
+#   6. STS evaluation, export, and the Quora retrieval benchmark with the same 200k sentences as
 #      distractors (their mpnet vectors are the cache step 1 fills).
 # Rerun the same command after an interruption: every step continues where it stopped, and a
 # finished checkpoint is not trained again. Logs: runs/logs/cpu-hpd-*.log.
@@ -14,7 +15,8 @@ cd "$(dirname "$0")/.."
 export DISTILEMBED_DATA_DIR="${DISTILEMBED_DATA_DIR:-../shared/data}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT="${1:-runs/hpd-cpu}"
 E2="$OUT-e2"
-FINAL="$OUT-e3"
+E3="$OUT-e3"
+FINAL="$OUT-e3-soup"
 PY=.venv/bin/python
 mkdir -p runs/logs
 CORPUS=unlabeled/enwiki2015_1m_sentences.txt.gz
@@ -38,7 +40,10 @@ train "$OUT" cpu-hpd-train
 train "$E2" cpu-hpd-e2-train --init-from "$OUT" --seed 43 --lr 1e-4 --epochs 1.5
 "$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" --skip-sentences 200000 \
   --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets-slice2.log
-train "$FINAL" cpu-hpd-e3-train --init-from "$E2" --skip-sentences 200000 --seed 44 --lr 1e-4 --epochs 1
+train "$E3" cpu-hpd-e3-train --init-from "$E2" --skip-sentences 200000 --seed 44 --lr 1e-4 --epochs 1 \
+  --keep-snapshots
+[[ -e "$FINAL/manifest.json" ]] || "$PY" -m distilembed.cli average "$E3".snapshots/train/step-* \
+  --greedy --out "$FINAL" --overwrite 2>&1 | tee -a runs/logs/cpu-hpd-soup.log
 "$PY" -m distilembed.cli eval --model "$FINAL" 2>&1 | tee runs/logs/cpu-hpd-eval.log
 "$PY" -m distilembed.cli export --model "$FINAL" --out "$FINAL-bundle" --overwrite \
   2>&1 | tee runs/logs/cpu-hpd-export.log

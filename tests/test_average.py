@@ -88,3 +88,23 @@ def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "checkpoint not found" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_keep_snapshots_saves_every_dev_evaluation_for_a_soup(
+    tiny_teacher, tiny_bert, tiny_data, tmp_path: Path
+) -> None:
+    from tests.test_pipeline import _cfg
+    from training.pipeline import run_training
+
+    out = tmp_path / "ckpt"
+    cfg = _cfg(tiny_teacher, tiny_bert, keep_snapshots=True)  # 6 steps, dev every 3
+    manifest = run_training(cfg, out, data_dir=str(tiny_data))
+    snapshots = sorted((tmp_path / "ckpt.snapshots").glob("*/step-*"))
+    assert [p.name for p in snapshots] == ["step-000000", "step-000003", "step-000006"]
+    best = snapshots[manifest["training"]["best_step"] // 3]
+    kept, final = (load_file(str(d / "model.safetensors")) for d in (best, out))
+    # The snapshot of the best evaluation holds exactly the weights of the written checkpoint.
+    assert kept.keys() == final.keys()
+    assert all(torch.equal(kept[k], final[k]) for k in kept)
+    soup = average_checkpoints(snapshots, tmp_path / "soup")
+    assert len(soup["average"]["chosen"]) == 3

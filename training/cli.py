@@ -63,6 +63,13 @@ def train_command(
     max_steps: Annotated[int | None, Opt()] = None,
     eval_every: Annotated[int | None, Opt(help="Steps between STS-B dev evaluations.")] = None,
     save_every: Annotated[int | None, Opt(help="Steps between resumable snapshots.")] = None,
+    keep_snapshots: Annotated[
+        bool | None,
+        Opt(
+            "--keep-snapshots/--no-keep-snapshots",
+            help="Keep the student of every dev evaluation in OUT.snapshots/<stage>/ (for `average`).",
+        ),
+    ] = None,
     seed: Annotated[int | None, Opt()] = None,
     device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
     sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,

@@ -54,6 +54,8 @@ class TrainConfig:
     max_steps: int | None = None
     eval_every: int = 500
     save_every: int = 500
+    # Keep the student of every dev evaluation in OUT.snapshots/<stage>/step-N (distilembed average).
+    keep_snapshots: bool = False
     seed: int = 42
     device: str = "auto"
     sts_dir: str = "sts"

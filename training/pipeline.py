@@ -145,6 +145,16 @@ def _warm_start_projection(
     return report
 
 
+def _snapshot_dir(cfg: TrainConfig, out: Path, resume: bool) -> Path | None:
+    """``--keep-snapshots``: the student at every dev evaluation, beside OUT, for ``distilembed average``."""
+    if not cfg.keep_snapshots:
+        return None
+    snapshots = out.with_name(f"{out.name}.snapshots")
+    if not resume:
+        remove_workdir(snapshots)  # a fresh run: an earlier run's snapshots must not join its soup
+    return snapshots
+
+
 def _run_stages(
     stages: list[Stage],
     student: Any,
@@ -153,6 +163,7 @@ def _run_stages(
     dev_score: Any,
     clock: StageClock,
     resume: bool,
+    snapshot_dir: Path | None = None,
 ) -> list[tuple[Stage, Trainer, LoopState]]:
     """Train the stages in order; stage k > 0 starts from stage k-1's best (STS-B dev) student and
     keeps its own snapshots in ``workdir/<name>`` (stage 0 uses ``workdir`` itself), so ``--resume``
@@ -173,6 +184,7 @@ def _run_stages(
             dev_score=dev_score,
             extra_params=stage.extra_params,
             extra_state=stage.extra_state,
+            snapshot_dir=None if snapshot_dir is None else snapshot_dir / stage.name,
         )
         with clock.stage(stage.name):
             state = trainer.run(resume=resume)
@@ -247,7 +259,15 @@ def run_training(
     def dev_score(model: Any) -> float:
         return evaluate_pairs(sentence_transformer_encoder(model, batch_size=128), dev_pairs)
 
-    done = _run_stages(stages, student, workdir=workdir, dev_score=dev_score, clock=clock, resume=resume)
+    done = _run_stages(
+        stages,
+        student,
+        workdir=workdir,
+        dev_score=dev_score,
+        clock=clock,
+        resume=resume,
+        snapshot_dir=_snapshot_dir(cfg, out, resume),
+    )
     _, trainer, state = done[-1]
     with clock.stage("evaluate"):
         from sentence_transformers import SentenceTransformer

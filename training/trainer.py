@@ -87,11 +87,13 @@ class Trainer:
         dev_score: DevScore | None = None,
         extra_params: list[torch.nn.Parameter] | None = None,
         extra_state: torch.nn.Module | None = None,
+        snapshot_dir: Path | None = None,
     ) -> None:
         """``extra_params``: trained beside the student (loss heads); ``extra_state``: a module whose
-        whole state_dict (e.g. a loss's memory-bank buffers) is snapshotted and restored on resume."""
+        whole state_dict (e.g. a loss's memory-bank buffers) is snapshotted and restored on resume;
+        ``snapshot_dir``: also keep the student of every dev evaluation there (``step-NNNNNN``)."""
         self.student, self.batch_loss, self.lengths, self.cfg = student, batch_loss, lengths, cfg
-        self.workdir, self.dev_score = workdir, dev_score
+        self.workdir, self.dev_score, self.snapshot_dir = workdir, dev_score, snapshot_dir
         self.extra = extra_params or []
         self.extra_state = extra_state
         self.batches_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
@@ -168,6 +170,9 @@ class Trainer:
             score = float(self.dev_score(self.student))
         self.student.train()
         self.state.curve.append({"step": self.state.step, "dev_spearman": round(score, 4)})
+        if self.snapshot_dir is not None:
+            with atomic_directory(self.snapshot_dir / f"step-{self.state.step:06d}", overwrite=True) as tmp:
+                self._save_student(tmp)
         if score > self.state.best_dev:
             self.state.best_dev, self.state.best_step = score, self.state.step
             with atomic_directory(self.best_dir, overwrite=True) as tmp:
