@@ -84,22 +84,20 @@ def write_average(sources: Sequence[Path], folder: Path) -> None:
         save_file(averaged, str(folder / name), metadata={"format": "pt"})
 
 
-def _source_record(path: Path, score: float | None) -> dict[str, Any]:
+def _source_record(path: Path) -> dict[str, Any]:
     record: dict[str, Any] = {"path": str(path), "files": sha256_tree(path)}
     if (path / "manifest.json").is_file():
         manifest = read_manifest(path)
         record["method"] = manifest.get("method")
         record["best_dev_spearman"] = manifest.get("training", {}).get("best_dev_spearman")
-    if score is not None:
-        record["dev_spearman"] = round(score, 2)
     return record
 
 
 def greedy_soup(
     sources: Sequence[Path], score: ScoreFn, workdir: Path
-) -> tuple[list[Path], list[dict[str, Any]]]:
+) -> tuple[list[Path], list[dict[str, Any]], float]:
     """Wortsman et al.'s greedy soup: ingredients by their own score, each kept only if the soup's
-    score does not drop. Returns the chosen sources and one log row per step."""
+    score does not drop. Returns the chosen sources, one log row per step and the soup's score."""
     own = {source: score(source) for source in sources}
     ranked = sorted(sources, key=lambda s: own[s], reverse=True)
     chosen = [ranked[0]]
@@ -125,7 +123,7 @@ def greedy_soup(
             chosen.append(candidate)
             best = value
         shutil.rmtree(trial)
-    return chosen, steps
+    return chosen, steps, best
 
 
 def average_checkpoints(
@@ -146,16 +144,20 @@ def average_checkpoints(
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".average-", dir=out.parent) as scratch:
         work = Path(scratch)
-        chosen, steps = greedy_soup(sources, score, work) if greedy and score else (list(sources), [])
+        chosen, steps, soup_score = list(sources), [], None
+        if greedy and score is not None:
+            # The greedy pass already scored the soup it kept: no second evaluation of the same weights.
+            chosen, steps, soup_score = greedy_soup(sources, score, work)
         soup = work / "soup"
         write_average(chosen, soup)
-        soup_score = score(soup) if score else None
+        if score is not None and soup_score is None:
+            soup_score = score(soup)
         first = read_manifest(chosen[0]) if (chosen[0] / "manifest.json").is_file() else {}
         manifest = {
             "method": "average",
             "average": {
                 "recipe": "greedy soup" if greedy else "uniform",
-                "sources": [_source_record(s, None) for s in sources],
+                "sources": [_source_record(s) for s in sources],
                 "chosen": [str(s) for s in chosen],
                 "greedy_steps": steps,
                 "dev_spearman": round(soup_score, 2) if soup_score is not None else None,

@@ -74,6 +74,12 @@ def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
     ]
 
 
+def _corpus_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
+    """The training sentences: ``n_sentences`` of the corpus after its first ``skip_sentences``."""
+    path = resolve_data_path(cfg.corpus, data_dir)
+    return read_sentences(path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
+
+
 def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
     """The unique sentences (sorted) of ``cfg.pca_fit``; empty when the PCA fits on the corpus."""
     if cfg.pca_fit == "corpus":
@@ -100,9 +106,7 @@ def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[
         batch_size=cfg.teacher_batch_size,
         backend=cfg.teacher_backend,
     )
-    texts = read_sentences(
-        resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences, skip=cfg.skip_sentences
-    )
+    texts = _corpus_texts(cfg, data_dir)
     sets = {"corpus": texts, "pca_fit": _pca_fit_texts(cfg, data_dir)}
     sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(texts, cfg), strict=True)}
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
@@ -221,7 +225,7 @@ def run_training(
     torch.manual_seed(cfg.seed)
 
     with clock.stage("data"):
-        texts = read_sentences(corpus_path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
+        texts = _corpus_texts(cfg, data_dir)
         pca_texts = _pca_fit_texts(cfg, data_dir)
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import logging
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 from distilembed.errors import UserError
@@ -48,13 +49,7 @@ def read_sentences(path: str | Path, limit: int | None = None, skip: int = 0) ->
     a run whose first slice (and its cached teacher targets) is already used."""
     if skip < 0:
         raise UserError(f"--skip-sentences must not be negative, got {skip}")
-    out: list[str] = []
-    for index, text in enumerate(iter_sentences(path)):
-        if index < skip:
-            continue
-        if limit is not None and len(out) >= limit:
-            break
-        out.append(text)
+    out = list(islice(iter_sentences(path), skip, None if limit is None else skip + limit))
     if not out:
         if skip:
             raise UserError(f"corpus has no sentences after skipping the first {skip}: {path}")
