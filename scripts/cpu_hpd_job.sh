@@ -6,7 +6,9 @@
 #   4. targets for the next 200k sentences (--skip-sentences 200000, 44 min), and one epoch on them
 #      from step 3's best checkpoint (75 min), keeping the student of every dev evaluation;
 #   5. a greedy soup of those students, chosen on STS-B dev (distilembed average, 4 min);
-#   6. STS evaluation, export, and the Quora retrieval benchmark with the same 200k sentences as
+#   6. the same once more on sentences 400,001-600,000 (48 + 77 min), from step 5's soup: its step-0
+#      snapshot is that soup, so the second greedy soup can only keep or raise the dev score;
+#   7. STS evaluation, export, and the Quora retrieval benchmark with the same 200k sentences as
 #      distractors (their mpnet vectors are the cache step 1 fills).
 # Rerun the same command after an interruption: every step continues where it stopped, and a
 # finished checkpoint is not trained again. Logs: runs/logs/cpu-hpd-*.log.
@@ -16,7 +18,9 @@ export DISTILEMBED_DATA_DIR="${DISTILEMBED_DATA_DIR:-../shared/data}" HF_HUB_OFF
 OUT="${1:-runs/hpd-cpu}"
 E2="$OUT-e2"
 E3="$OUT-e3"
-FINAL="$OUT-e3-soup"
+SOUP3="$OUT-e3-soup"
+E4="$OUT-e4"
+FINAL="$OUT-e4-soup"
 PY=.venv/bin/python
 mkdir -p runs/logs
 CORPUS=unlabeled/enwiki2015_1m_sentences.txt.gz
@@ -42,8 +46,14 @@ train "$E2" cpu-hpd-e2-train --init-from "$OUT" --seed 43 --lr 1e-4 --epochs 1.5
   --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets-slice2.log
 train "$E3" cpu-hpd-e3-train --init-from "$E2" --skip-sentences 200000 --seed 44 --lr 1e-4 --epochs 1 \
   --keep-snapshots
-[[ -e "$FINAL/manifest.json" ]] || "$PY" -m distilembed.cli average "$E3".snapshots/train/step-* \
-  --greedy --out "$FINAL" --overwrite 2>&1 | tee -a runs/logs/cpu-hpd-soup.log
+[[ -e "$SOUP3/manifest.json" ]] || "$PY" -m distilembed.cli average "$E3".snapshots/train/step-* \
+  --greedy --out "$SOUP3" --overwrite 2>&1 | tee -a runs/logs/cpu-hpd-soup.log
+"$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" --skip-sentences 400000 \
+  --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets-slice3.log
+train "$E4" cpu-hpd-e4-train --init-from "$SOUP3" --skip-sentences 400000 --seed 45 --lr 1e-4 --epochs 1 \
+  --keep-snapshots
+[[ -e "$FINAL/manifest.json" ]] || "$PY" -m distilembed.cli average "$E4".snapshots/train/step-* \
+  --greedy --out "$FINAL" --overwrite 2>&1 | tee -a runs/logs/cpu-hpd-soup-e4.log
 "$PY" -m distilembed.cli eval --model "$FINAL" 2>&1 | tee runs/logs/cpu-hpd-eval.log
 "$PY" -m distilembed.cli export --model "$FINAL" --out "$FINAL-bundle" --overwrite \
   2>&1 | tee runs/logs/cpu-hpd-export.log
