@@ -11,7 +11,7 @@
 #   7. STS evaluation, export, and the Quora retrieval benchmark with the same 200k sentences as
 #      distractors (their mpnet vectors are the cache step 1 fills).
 # Rerun the same command after an interruption: every step continues where it stopped, and a
-# finished checkpoint is not trained again. Logs: runs/logs/cpu-hpd-*.log.
+# finished checkpoint is not trained again. Logs: runs/logs/cpu-hpd-*.log and runs/logs/hpd-cpu-e[34]-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DISTILEMBED_DATA_DIR="${DISTILEMBED_DATA_DIR:-../shared/data}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -38,22 +38,24 @@ train() {  # train OUT_DIR LOG_NAME ARGS...: skip a finished checkpoint, resume 
     2>&1 | tee -a "runs/logs/$log.log"
 }
 
+fresh_slice_epoch() {  # INIT SKIP SEED RUN SOUP: targets for the 200k sentences after SKIP, one epoch on
+  local init="$1" skip="$2" seed="$3" run="$4" soup="$5"  # them from INIT, then a greedy soup of its snapshots
+  local tag
+  tag="$(basename "$run")"
+  "$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" --skip-sentences "$skip" \
+    --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a "runs/logs/$tag-targets.log"
+  train "$run" "$tag-train" --init-from "$init" --skip-sentences "$skip" --seed "$seed" --lr 1e-4 --epochs 1 \
+    --keep-snapshots
+  [[ -e "$soup/manifest.json" ]] || "$PY" -m distilembed.cli average "$run".snapshots/train/step-* \
+    --greedy --out "$soup" --overwrite 2>&1 | tee -a "runs/logs/$tag-soup.log"
+}
+
 "$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" \
   --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets.log
 train "$OUT" cpu-hpd-train
 train "$E2" cpu-hpd-e2-train --init-from "$OUT" --seed 43 --lr 1e-4 --epochs 1.5
-"$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" --skip-sentences 200000 \
-  --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets-slice2.log
-train "$E3" cpu-hpd-e3-train --init-from "$E2" --skip-sentences 200000 --seed 44 --lr 1e-4 --epochs 1 \
-  --keep-snapshots
-[[ -e "$SOUP3/manifest.json" ]] || "$PY" -m distilembed.cli average "$E3".snapshots/train/step-* \
-  --greedy --out "$SOUP3" --overwrite 2>&1 | tee -a runs/logs/cpu-hpd-soup.log
-"$PY" -m distilembed.cli targets --teacher all-mpnet-base-v2 --corpus "$CORPUS" --skip-sentences 400000 \
-  --n-sentences 200000 --batch-size 16 --device cpu 2>&1 | tee -a runs/logs/cpu-hpd-targets-slice3.log
-train "$E4" cpu-hpd-e4-train --init-from "$SOUP3" --skip-sentences 400000 --seed 45 --lr 1e-4 --epochs 1 \
-  --keep-snapshots
-[[ -e "$FINAL/manifest.json" ]] || "$PY" -m distilembed.cli average "$E4".snapshots/train/step-* \
-  --greedy --out "$FINAL" --overwrite 2>&1 | tee -a runs/logs/cpu-hpd-soup-e4.log
+fresh_slice_epoch "$E2" 200000 44 "$E3" "$SOUP3"
+fresh_slice_epoch "$SOUP3" 400000 45 "$E4" "$FINAL"
 "$PY" -m distilembed.cli eval --model "$FINAL" 2>&1 | tee runs/logs/cpu-hpd-eval.log
 "$PY" -m distilembed.cli export --model "$FINAL" --out "$FINAL-bundle" --overwrite \
   2>&1 | tee runs/logs/cpu-hpd-export.log
