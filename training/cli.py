@@ -151,7 +151,7 @@ def average_command(
     from distilembed.paths import resolve_data_path
     from training.average import average_checkpoints
     from training.data.sts import load_stsb_split
-    from training.evaluation import evaluate_pairs, sentence_transformer_encoder
+    from training.evaluation import evaluate_model_pairs
 
     score = None
     if dev or greedy:
@@ -160,8 +160,7 @@ def average_command(
         pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "dev")
 
         def score(path: Path) -> float:
-            model = SentenceTransformer(str(path), device="cpu")
-            return evaluate_pairs(sentence_transformer_encoder(model, batch_size=128), pairs)
+            return evaluate_model_pairs(SentenceTransformer(str(path), device="cpu"), pairs)
 
     manifest = average_checkpoints(checkpoints, out, score=score, greedy=greedy, overwrite=overwrite)
     summary = manifest["average"]

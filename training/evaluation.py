@@ -115,6 +115,13 @@ def sentence_transformer_encoder(model: SentenceTransformer, batch_size: int = 6
     return encode
 
 
+def evaluate_model_pairs(
+    model: SentenceTransformer, pairs: Sequence[STSPair], batch_size: int = 128
+) -> float:
+    """:func:`evaluate_pairs` for a SentenceTransformer (the STS-B dev score of training and soups)."""
+    return evaluate_pairs(sentence_transformer_encoder(model, batch_size=batch_size), pairs)
+
+
 def format_params(params: int | None) -> str:
     if params is None:
         return "-"

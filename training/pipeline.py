@@ -21,7 +21,12 @@ from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
 from training.data.sts import distinct_sentences, find_sts_sets, load_stsb_split, read_stsb
 from training.data.text import content_hash, read_sentences
-from training.evaluation import evaluate_pairs, evaluate_sts, sentence_transformer_encoder
+from training.evaluation import (
+    evaluate_model_pairs,
+    evaluate_pairs,
+    evaluate_sts,
+    sentence_transformer_encoder,
+)
 from training.losses.hpd import PCATargets
 from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
 from training.student import count_parameters
@@ -74,10 +79,9 @@ def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
     ]
 
 
-def _corpus_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
+def _corpus_texts(cfg: TrainConfig, corpus_path: Path) -> list[str]:
     """The training sentences: ``n_sentences`` of the corpus after its first ``skip_sentences``."""
-    path = resolve_data_path(cfg.corpus, data_dir)
-    return read_sentences(path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
+    return read_sentences(corpus_path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
 
 
 def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
@@ -106,7 +110,7 @@ def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[
         batch_size=cfg.teacher_batch_size,
         backend=cfg.teacher_backend,
     )
-    texts = _corpus_texts(cfg, data_dir)
+    texts = _corpus_texts(cfg, resolve_data_path(cfg.corpus, data_dir))
     sets = {"corpus": texts, "pca_fit": _pca_fit_texts(cfg, data_dir)}
     sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(texts, cfg), strict=True)}
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
@@ -225,7 +229,7 @@ def run_training(
     torch.manual_seed(cfg.seed)
 
     with clock.stage("data"):
-        texts = _corpus_texts(cfg, data_dir)
+        texts = _corpus_texts(cfg, corpus_path)
         pca_texts = _pca_fit_texts(cfg, data_dir)
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
@@ -261,7 +265,7 @@ def run_training(
         stages = method_stages(inputs)
 
     def dev_score(model: Any) -> float:
-        return evaluate_pairs(sentence_transformer_encoder(model, batch_size=128), dev_pairs)
+        return evaluate_model_pairs(model, dev_pairs)
 
     done = _run_stages(
         stages,
