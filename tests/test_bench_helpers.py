@@ -9,8 +9,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import numpy as np
 from methods import add_comparisons, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
+from quora_sr import drop_self, retrieval_scores, verdict
 
 
 def test_distractors_go_after_the_questions_without_repeats() -> None:
@@ -59,3 +61,32 @@ def test_bad_variants_are_refused(spec: str) -> None:
     extra = ["--variant", "y=congen"] if spec.startswith("y=") else []
     with pytest.raises(SystemExit):
         parse_args([*extra, "--variant", spec])
+
+
+def test_quora_scores_drop_the_query_itself() -> None:
+    ids = drop_self(np.array([[7, 3, 5], [2, 9, 4]]), np.array([7, 4]), k=2)
+    assert ids.tolist() == [[3, 5], [2, 9]]
+    mrr, recall = retrieval_scores(ids, np.array([5, 8]))  # rank 2, then missed
+    assert (mrr, recall) == (pytest.approx(25.0), pytest.approx(50.0))
+
+
+def test_quora_verdict_compares_nprobe_5_rows_round_by_round() -> None:
+    keys = ("model", "index", "nprobe", "mrr10", "ms_per_1000", "ms_per_1000_min", "mb")
+
+    def row(*values: object) -> dict:
+        return dict(zip(keys, values, strict=True))
+
+    rows = [
+        row("teacher", "exact", None, 70.0, 200.0, 190.0, 100.0),
+        row("teacher", "IVF1024", 5, 69.0, 20.0, 18.0, 110.0),
+        row("teacher", "IVF1024", 10, 69.5, 30.0, 29.0, 110.0),
+        row("student", "exact", None, 68.0, 40.0, 39.0, 20.0),
+        row("student", "IVF1024", 5, 66.5, 4.0, 3.0, 22.0),
+    ]
+    times = [[1.0], [2.0, 3.0], [9.0, 9.0], [1.0], [0.5, 1.0]]
+    result = verdict(rows, times, nprobe=5)
+    assert result["student_ivf_mrr_vs_teacher_exact_pct"] == pytest.approx(95.0)
+    assert result["search_time_ratio_teacher_ivf_over_student_ivf"] == pytest.approx(5.0)
+    assert result["search_time_ratio_of_fastest_rounds"] == pytest.approx(6.0)
+    assert result["search_time_ratio_per_round"] == [4.0, 3.0]
+    assert result["memory_ratio_teacher_ivf_over_student_ivf"] == pytest.approx(5.0)
