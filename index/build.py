@@ -60,15 +60,19 @@ def read_corpus(spec: CorpusSpec) -> tuple[list[Document], CorpusStats, int]:
     return list(docs.values()), stats, duplicates
 
 
-def _encode_shards(encoder: Encoder, docs: list[Document], work: Path, cfg: BuildConfig) -> float:
-    """Encode every shard not on disk yet; return the seconds spent encoding in this call."""
+def _encode_shards(encoder: Encoder, docs: list[Document], work: Path, cfg: BuildConfig) -> tuple[float, int]:
+    """Encode every shard not on disk yet; return the seconds spent encoding in this call and the
+    number of documents it encoded."""
     shards = work / "shards"
     shards.mkdir(parents=True, exist_ok=True)
     n_shards = (len(docs) + cfg.shard_size - 1) // cfg.shard_size
     done = {i for i in range(n_shards) if (shards / f"{i:06d}.npy").exists()}
+    reused = sum(len(docs[i * cfg.shard_size : (i + 1) * cfg.shard_size]) for i in done)
+    if done:
+        log.info("resuming: %d of %d documents already encoded (%d shards)", reused, len(docs), len(done))
     bar = tqdm(
         total=len(docs),
-        initial=sum(len(docs[i * cfg.shard_size : (i + 1) * cfg.shard_size]) for i in done),
+        initial=reused,
         desc="encode",
         unit="doc",
         dynamic_ncols=True,
@@ -84,7 +88,7 @@ def _encode_shards(encoder: Encoder, docs: list[Document], work: Path, cfg: Buil
         tmp.replace(shards / f"{i:06d}.npy")
         bar.update(len(texts))
     bar.close()
-    return seconds
+    return seconds, len(docs) - reused
 
 
 def _check_resume(work: Path, identity: dict[str, Any]) -> None:
@@ -165,7 +169,7 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
             "corpus": asdict(spec) | {"path": str(spec.path)},
         },
     )
-    encode_seconds = _encode_shards(encoder, docs, work, cfg)
+    encode_seconds, encoded = _encode_shards(encoder, docs, work, cfg)
     vectors = np.concatenate([np.load(p) for p in sorted((work / "shards").glob("[0-9]*.npy"))])
     plan = plan_index(len(docs), cfg.nlist, cfg.flat_below)
     log.info("index plan: %s", plan)
@@ -194,7 +198,8 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
         ) | {
             "build_seconds": round(total, 2),
             "encode_seconds_this_run": round(encode_seconds, 2),
-            "docs_per_s": round(len(docs) / total, 1),
+            "docs_encoded_this_run": encoded,
+            "docs_per_s": round(encoded / total, 1),  # this run's work: a resumed build reuses shards
         }
         atomic_write_json(tmp / "manifest.json", manifest)
     shutil.rmtree(work, ignore_errors=True)

@@ -68,10 +68,12 @@ def test_killed_build_resumes_without_reencoding(tiny_bundle, tmp_path, monkeypa
     )
     manifest = build(cfg, spec)
     assert calls == [64, 64, 44]  # only the three missing shards
+    assert manifest["docs_encoded_this_run"] == 172
     uninterrupted = build(
         BuildConfig(bundle=str(tiny_bundle), out=str(tmp_path / "ref"), shard_size=64), spec
     )
     assert manifest["ntotal"] == uninterrupted["ntotal"] == 300
+    assert uninterrupted["docs_encoded_this_run"] == 300
     a, b = IndexReader(tmp_path / "idx"), IndexReader(tmp_path / "ref")
     ids_a = sorted(d.id for d in a.store.get_many(list(range(1, 301))).values())
     ids_b = sorted(d.id for d in b.store.get_many(list(range(1, 301))).values())
