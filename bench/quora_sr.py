@@ -5,7 +5,8 @@ relevant: its question2. The query's own entry is removed from its results (it i
 Rows: teacher 768-d and student 128-d, each exact (flat inner product) and IVF (nlist 1024,
 nprobe 5, and the curve for --nprobes). Search time is Faiss's own, the whole query set in one
 call, median of --repeats rounds that each run every row once (so machine drift hits teacher and
-student alike), given per 1000 queries; index memory is the serialised Faiss index.
+student alike), given per 1000 queries; the two nprobe-5 IVF rows are also timed on one thread
+(the per-core cost). Index memory is the serialised Faiss index.
 
     python bench/quora_sr.py --bundle runs/bundles/hpd-mpnet \
         --teacher-vectors runs/gpu/quora_teacher.npy --out bench/results/quora_sr.json
@@ -198,6 +199,23 @@ def verdict(rows: list[dict], times: list[list[float]], nprobe: int) -> dict:
     }
 
 
+def one_thread_ratio(specs: list[SearchSpec], k: int, rounds: int, nprobe: int) -> dict:
+    """The teacher's and the student's IVF search timed again on one thread: the per-core cost,
+    without OpenMP's scaling (the student's short search scales worse than the teacher's)."""
+    pair = [next(s for s in specs if s.model == m and s.nprobe == nprobe) for m in ("teacher", "student")]
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        teacher, student = (statistics.median(t) for t in interleaved_times(pair, k, rounds))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    ms = 1e6 / len(pair[0].queries)  # seconds per search -> ms per 1000 queries
+    return {
+        "search_time_ratio_one_thread": teacher / student,
+        "ms_per_1000_one_thread": {"teacher": teacher * ms, "student": student * ms},
+    }
+
+
 def main() -> None:
     data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -245,7 +263,7 @@ def main() -> None:
         "threads": args.threads,
         "student_encode_docs_per_s": docs_per_s,
         "rows": rows,
-        "acceptance": verdict(rows, times, 5),
+        "acceptance": verdict(rows, times, 5) | one_thread_ratio(specs, args.k, args.repeats, 5),
         "note": f"IVF{args.nlist} trained on {min(args.train_sample, len(data.corpus))} corpus vectors",
     }
     table = Table(title=f"Quora SR: {len(data.corpus)} documents, {len(data.queries)} queries")

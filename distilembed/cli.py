@@ -36,7 +36,7 @@ def _register() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub"):
+    for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "faiss.loader"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     _register()
     try:
