@@ -125,6 +125,9 @@ class SearchSpec:
     nprobe: int | None
     queries: np.ndarray
 
+    def search(self, k: int) -> np.ndarray:
+        return raw_search(self.index, self.queries, k, self.nprobe or 1)
+
 
 def search_specs(
     name: str, vectors: np.ndarray, data: QuoraRetrieval, args: argparse.Namespace
@@ -145,19 +148,21 @@ def interleaved_times(specs: list[SearchSpec], k: int, rounds: int) -> list[list
     for _ in tqdm(range(rounds), desc="timing rounds", unit="round"):
         for spec, spent in zip(specs, times, strict=True):
             start = time.perf_counter()
-            raw_search(spec.index, spec.queries, k + 1, spec.nprobe or 1)
+            spec.search(k + 1)
             spent.append(time.perf_counter() - start)
     return times
 
 
 def result_ids(specs: list[SearchSpec], own: np.ndarray, k: int) -> list[np.ndarray]:
-    return [drop_self(raw_search(s.index, s.queries, k + 1, s.nprobe or 1), own, k) for s in specs]
+    return [drop_self(spec.search(k + 1), own, k) for spec in specs]
 
 
 def table_rows(
     specs: list[SearchSpec], ids: list[np.ndarray], times: list[list[float]], relevant: np.ndarray
 ) -> list[dict]:
     rows, exact_ids = [], {}
+    indexes = {id(s.index): s.index for s in specs}  # the IVF rows share one index: serialise it once
+    mb = {key: faiss.serialize_index(index).nbytes / 1e6 for key, index in indexes.items()}
     for spec, found, spent in zip(specs, ids, times, strict=True):
         exact_ids.setdefault(spec.model, found)  # each model's exact spec comes first
         mrr, recall = retrieval_scores(found, relevant)
@@ -172,7 +177,7 @@ def table_rows(
                 "recall10": recall,
                 "ms_per_1000": 1000 * statistics.median(spent) / per_1000,
                 "ms_per_1000_min": 1000 * min(spent) / per_1000,
-                "mb": faiss.serialize_index(spec.index).nbytes / 1e6,
+                "mb": mb[id(spec.index)],
                 "vs_exact": overlap(found, exact_ids[spec.model]),
             }
         )
