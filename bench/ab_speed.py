@@ -16,7 +16,7 @@ import json
 import os
 import statistics
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -26,15 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode import stsb_sentences  # noqa: E402
+from timing import interleaved_seconds  # noqa: E402
 
 from export.runtime import Encoder, cosines  # noqa: E402
 
 
-def rate(encoder: Encoder, texts: list[str], batch_size: int) -> float:
-    start = time.perf_counter()
+def encode_in_batches(encoder: Encoder, texts: list[str], batch_size: int) -> None:
     for lo in range(0, len(texts), batch_size):
         encoder.encode(texts[lo : lo + batch_size], batch_size=batch_size)
-    return len(texts) / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -61,12 +60,9 @@ def main() -> None:
         cos = cosines(va, vb)
     results: dict[str, dict[str, list[float]]] = {}
     for batch_size in args.batch_sizes:
-        rates: dict[str, list[float]] = {"a": [], "b": []}
-        for round_ in range(args.rounds):
-            order = ("a", "b") if round_ % 2 == 0 else ("b", "a")
-            for name in order:
-                rates[name].append(rate(encoders[name], texts, batch_size))
-        results[str(batch_size)] = rates
+        calls = {name: partial(encode_in_batches, e, texts, batch_size) for name, e in encoders.items()}
+        seconds = interleaved_seconds(calls, args.rounds, alternate=True, desc=f"batch {batch_size}")
+        results[str(batch_size)] = {name: [len(texts) / t for t in s] for name, s in seconds.items()}
 
     table = Table(title=f"int8 sentences/s, {len(texts)} STS-B test sentences, median of {args.rounds}")
     for column in ("batch", "A", "B", "B / A"):

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,7 @@ def measure_speeds(rows: list[dict[str, Any]], args: argparse.Namespace, console
     slow moment of the machine cost every bundle alike rather than the one that happened to run then.
     """
     from encode import stsb_sentences
+    from timing import interleaved_seconds
 
     from export.runtime import Encoder
 
@@ -247,15 +249,11 @@ def measure_speeds(rows: list[dict[str, Any]], args: argparse.Namespace, console
     encoders = {
         name: Encoder(path, variant="int8", threads=args.threads or None) for name, path in bundles.items()
     }
-    rates: dict[str, list[float]] = {name: [] for name in encoders}
     for encoder in encoders.values():
         encoder.encode(texts[:256], batch_size=32)
-    for _ in range(args.speed_repeats):
-        for name, encoder in encoders.items():
-            start = time.perf_counter()
-            encoder.encode(texts, batch_size=32)
-            rates[name].append(len(texts) / (time.perf_counter() - start))
-    speeds = {name: round(statistics.median(r), 1) for name, r in rates.items()}
+    calls = {name: partial(encoder.encode, texts, batch_size=32) for name, encoder in encoders.items()}
+    seconds = interleaved_seconds(calls, args.speed_repeats)
+    speeds = {name: round(len(texts) / statistics.median(s), 1) for name, s in seconds.items()}
     console.print("int8 sentences/s (STS-B test, batch 32, median of rounds):", speeds)
     return {"texts": len(texts), "batch_size": 32, "repeats": args.speed_repeats, "sent_per_s": speeds}
 

@@ -27,16 +27,17 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import faiss
 import numpy as np
 from rich.console import Console
 from rich.table import Table
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
+from timing import interleaved_seconds
 
 from training.data.text import content_hash, read_sentences
 
@@ -141,16 +142,10 @@ def search_specs(
 
 
 def interleaved_times(specs: list[SearchSpec], k: int, rounds: int) -> list[list[float]]:
-    """Seconds per search, ``rounds`` per spec: each round runs every spec once, so drift in the
-    machine's speed (other tenants, clocks) falls on teacher and student rows alike. Run after
-    ``result_ids``, which leaves every index warm (pages touched, lists in cache)."""
-    times: list[list[float]] = [[] for _ in specs]
-    for _ in tqdm(range(rounds), desc="timing rounds", unit="round"):
-        for spec, spent in zip(specs, times, strict=True):
-            start = time.perf_counter()
-            spec.search(k + 1)
-            spent.append(time.perf_counter() - start)
-    return times
+    """Seconds per search, ``rounds`` per spec, interleaved. Run after ``result_ids``, which leaves
+    every index warm (pages touched, lists in cache)."""
+    calls = {str(i): partial(spec.search, k + 1) for i, spec in enumerate(specs)}
+    return list(interleaved_seconds(calls, rounds).values())
 
 
 def result_ids(specs: list[SearchSpec], own: np.ndarray, k: int) -> list[np.ndarray]:
@@ -184,16 +179,20 @@ def table_rows(
     return rows
 
 
-def verdict(rows: list[dict], times: list[list[float]], nprobe: int) -> dict:
-    def pick(model: str, index: str, probe: int | None) -> int:
-        return next(
-            i
-            for i, r in enumerate(rows)
-            if r["model"] == model and r["index"].startswith(index) and r["nprobe"] == probe
-        )
+def find_row(rows: list[dict], model: str, index: str, nprobe: int | None) -> int:
+    """Position of the row (and of its spec: the two lists are parallel)."""
+    return next(
+        i
+        for i, r in enumerate(rows)
+        if r["model"] == model and r["index"].startswith(index) and r["nprobe"] == nprobe
+    )
 
-    teacher_ivf, student_ivf = pick("teacher", "IVF", nprobe), pick("student", "IVF", nprobe)
-    teacher_exact, t_ivf, s_ivf = rows[pick("teacher", "exact", None)], rows[teacher_ivf], rows[student_ivf]
+
+def verdict(rows: list[dict], times: list[list[float]], nprobe: int) -> dict:
+    teacher_ivf = find_row(rows, "teacher", "IVF", nprobe)
+    student_ivf = find_row(rows, "student", "IVF", nprobe)
+    teacher_exact = rows[find_row(rows, "teacher", "exact", None)]
+    t_ivf, s_ivf = rows[teacher_ivf], rows[student_ivf]
     per_round = [t / s for t, s in zip(times[teacher_ivf], times[student_ivf], strict=True)]
     return {
         "student_ivf_mrr_vs_teacher_exact_pct": 100 * s_ivf["mrr10"] / teacher_exact["mrr10"],
@@ -204,10 +203,9 @@ def verdict(rows: list[dict], times: list[list[float]], nprobe: int) -> dict:
     }
 
 
-def one_thread_ratio(specs: list[SearchSpec], k: int, rounds: int, nprobe: int) -> dict:
-    """The teacher's and the student's IVF search timed again on one thread: the per-core cost,
-    without OpenMP's scaling (the student's short search scales worse than the teacher's)."""
-    pair = [next(s for s in specs if s.model == m and s.nprobe == nprobe) for m in ("teacher", "student")]
+def one_thread_ratio(pair: list[SearchSpec], k: int, rounds: int) -> dict:
+    """The teacher's and the student's IVF search (``pair``) timed again on one thread: the per-core
+    cost, without OpenMP's scaling (the student's short search scales worse than the teacher's)."""
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
@@ -258,6 +256,7 @@ def main() -> None:
     ids = result_ids(specs, np.asarray(data.queries), args.k)
     times = interleaved_times(specs, args.k, args.repeats)
     rows = table_rows(specs, ids, times, np.asarray(data.relevant))
+    ivf5 = [specs[find_row(rows, model, "IVF", 5)] for model in ("teacher", "student")]
     result = {
         "corpus": len(data.corpus),
         "distractors": {"asked": args.distractors, "added": len(kept), "from": args.distractor_corpus},
@@ -268,7 +267,7 @@ def main() -> None:
         "threads": args.threads,
         "student_encode_docs_per_s": docs_per_s,
         "rows": rows,
-        "acceptance": verdict(rows, times, 5) | one_thread_ratio(specs, args.k, args.repeats, 5),
+        "acceptance": verdict(rows, times, 5) | one_thread_ratio(ivf5, args.k, args.repeats),
         "note": f"IVF{args.nlist} trained on {min(args.train_sample, len(data.corpus))} corpus vectors",
     }
     table = Table(title=f"Quora SR: {len(data.corpus)} documents, {len(data.queries)} queries")

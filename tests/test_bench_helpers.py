@@ -13,6 +13,7 @@ import numpy as np
 from methods import add_comparisons, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, retrieval_scores, verdict
+from timing import interleaved_seconds
 
 
 def test_distractors_go_after_the_questions_without_repeats() -> None:
@@ -90,3 +91,13 @@ def test_quora_verdict_compares_nprobe_5_rows_round_by_round() -> None:
     assert result["search_time_ratio_of_fastest_rounds"] == pytest.approx(6.0)
     assert result["search_time_ratio_per_round"] == [4.0, 3.0]
     assert result["memory_ratio_teacher_ivf_over_student_ivf"] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize(("alternate", "order"), [(False, "abab"), (True, "abba")])
+def test_interleaved_rounds_run_every_call_once_per_round(alternate: bool, order: str) -> None:
+    calls: list[str] = []
+    seconds = interleaved_seconds(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2, alternate=alternate
+    )
+    assert "".join(calls) == order
+    assert {name: len(s) for name, s in seconds.items()} == {"a": 2, "b": 2}
