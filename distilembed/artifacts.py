@@ -51,14 +51,16 @@ def sha256_tree(root: str | Path, exclude: frozenset[str] = frozenset({MANIFEST}
     }
 
 
-def git_commit() -> str | None:
+def git_commit(cwd: Path | None = None) -> str | None:
+    """HEAD's sha, with ``-dirty`` when tracked files differ from it (the artifact may not be
+    reproducible from the commit alone); None outside a git checkout."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
+            ["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"],
             capture_output=True,
             text=True,
             check=True,
-            cwd=Path(__file__).resolve().parent,
+            cwd=cwd or Path(__file__).resolve().parent,
         )
     except (OSError, subprocess.CalledProcessError):
         return None
