@@ -6,7 +6,8 @@ Rows: teacher 768-d and student 128-d, each exact (flat inner product) and IVF (
 nprobe 5, and the curve for --nprobes). Search time is Faiss's own, the whole query set in one
 call, median of --repeats rounds that each run every row once (so machine drift hits teacher and
 student alike), given per 1000 queries; the two nprobe-5 IVF rows are also timed on one thread
-(the per-core cost). Index memory is the serialised Faiss index.
+(the per-core cost). Index memory is the serialised Faiss index. ``--sq8`` adds an IVF row with
+8-bit lists (``index build --storage sq8``) for each model, outside the acceptance figures.
 
     python bench/quora_sr.py --bundle runs/bundles/hpd-mpnet \
         --teacher-vectors runs/gpu/quora_teacher.npy --out bench/results/quora_sr.json
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
 from timing import interleaved_seconds
 
+from index.vectors import new_ivf
 from training.data.text import content_hash, read_sentences
 
 
@@ -76,12 +78,15 @@ def student_vectors(args: argparse.Namespace, data: QuoraRetrieval) -> tuple[np.
     return vectors, len(data.corpus) / (time.perf_counter() - start)
 
 
-def make_index(vectors: np.ndarray, kind: str, nlist: int, seed: int, train_sample: int) -> faiss.Index:
+def make_index(
+    vectors: np.ndarray, storage: str | None, nlist: int, seed: int, train_sample: int
+) -> faiss.Index:
+    """Exact search (``storage`` None) or IVF with float32 / sq8 lists, as ``index build`` makes them."""
     dim = vectors.shape[1]
-    if kind == "exact":
+    if storage is None:
         index: faiss.Index = faiss.IndexFlatIP(dim)
     else:
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index = new_ivf(dim, nlist, storage)
         index.cp.seed = seed
         sample = np.random.default_rng(seed).permutation(len(vectors))[:train_sample]
         index.train(vectors[np.sort(sample)])
@@ -134,11 +139,15 @@ def search_specs(
     name: str, vectors: np.ndarray, data: QuoraRetrieval, args: argparse.Namespace
 ) -> list[SearchSpec]:
     queries = np.ascontiguousarray(vectors[np.asarray(data.queries)])
-    exact = make_index(vectors, "exact", args.nlist, args.seed, args.train_sample)
-    ivf = make_index(vectors, "ivf", args.nlist, args.seed, args.train_sample)
-    return [SearchSpec(name, exact, "exact", None, queries)] + [
+    exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
+    ivf = make_index(vectors, "float32", args.nlist, args.seed, args.train_sample)
+    specs = [SearchSpec(name, exact, "exact", None, queries)] + [
         SearchSpec(name, ivf, f"IVF{args.nlist}", nprobe, queries) for nprobe in args.nprobes
     ]
+    if args.sq8:
+        sq8 = make_index(vectors, "sq8", args.nlist, args.seed, args.train_sample)
+        specs.append(SearchSpec(name, sq8, f"IVF{args.nlist},SQ8", 5, queries))
+    return specs
 
 
 def interleaved_times(specs: list[SearchSpec], k: int, rounds: int) -> list[list[float]]:
@@ -182,15 +191,14 @@ def table_rows(
 def find_row(rows: list[dict], model: str, index: str, nprobe: int | None) -> int:
     """Position of the row (and of its spec: the two lists are parallel)."""
     return next(
-        i
-        for i, r in enumerate(rows)
-        if r["model"] == model and r["index"].startswith(index) and r["nprobe"] == nprobe
+        i for i, r in enumerate(rows) if (r["model"], r["index"], r["nprobe"]) == (model, index, nprobe)
     )
 
 
-def verdict(rows: list[dict], times: list[list[float]], nprobe: int) -> dict:
-    teacher_ivf = find_row(rows, "teacher", "IVF", nprobe)
-    student_ivf = find_row(rows, "student", "IVF", nprobe)
+def verdict(rows: list[dict], times: list[list[float]], nprobe: int, ivf: str = "IVF1024") -> dict:
+    """The acceptance figures: the float32 IVF rows (``ivf``) at ``nprobe``, both models."""
+    teacher_ivf = find_row(rows, "teacher", ivf, nprobe)
+    student_ivf = find_row(rows, "student", ivf, nprobe)
     teacher_exact = rows[find_row(rows, "teacher", "exact", None)]
     t_ivf, s_ivf = rows[teacher_ivf], rows[student_ivf]
     per_round = [t / s for t, s in zip(times[teacher_ivf], times[student_ivf], strict=True)]
@@ -239,6 +247,9 @@ def main() -> None:
         "--train-sample", type=int, default=65_536, help="IVF training points (>= 39 x nlist)"
     )
     parser.add_argument("--nprobes", type=lambda s: [int(x) for x in s.split(",")], default=[5, 10, 20, 40])
+    parser.add_argument(
+        "--sq8", action="store_true", help="also time IVF with 8-bit lists (index build --storage sq8)"
+    )
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=7, help="timing rounds (median reported)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -256,7 +267,8 @@ def main() -> None:
     ids = result_ids(specs, np.asarray(data.queries), args.k)
     times = interleaved_times(specs, args.k, args.repeats)
     rows = table_rows(specs, ids, times, np.asarray(data.relevant))
-    ivf5 = [specs[find_row(rows, model, "IVF", 5)] for model in ("teacher", "student")]
+    ivf = f"IVF{args.nlist}"
+    ivf5 = [specs[find_row(rows, model, ivf, 5)] for model in ("teacher", "student")]
     result = {
         "corpus": len(data.corpus),
         "distractors": {"asked": args.distractors, "added": len(kept), "from": args.distractor_corpus},
@@ -267,12 +279,12 @@ def main() -> None:
         "threads": args.threads,
         "student_encode_docs_per_s": docs_per_s,
         "rows": rows,
-        "acceptance": verdict(rows, times, 5) | one_thread_ratio(ivf5, args.k, args.repeats),
+        "acceptance": verdict(rows, times, 5, ivf) | one_thread_ratio(ivf5, args.k, args.repeats),
         "note": f"IVF{args.nlist} trained on {min(args.train_sample, len(data.corpus))} corpus vectors",
     }
     table = Table(title=f"Quora SR: {len(data.corpus)} documents, {len(data.queries)} queries")
     for col in ("model", "dim", "index", "nprobe", "MRR@10", "R@10", "ms/1000 q", "MB", "top-10 vs exact %"):
-        table.add_column(col, justify="left" if col in ("model", "index") else "right")
+        table.add_column(col, justify="left" if col in ("model", "index") else "right", no_wrap=True)
     for r in rows:
         table.add_row(
             r["model"],

@@ -30,7 +30,7 @@ from export.runtime import Encoder, verify_bundle
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
 from index.live import INDEX_FILE, STORE_FILE
 from index.store import Document, DocumentStore
-from index.vectors import IndexPlan, add, build_index, plan_index, save_index
+from index.vectors import STORAGES, IndexPlan, add, build_index, plan_index, save_index
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class BuildConfig:
     variant: str = "int8"
     nlist: int = 1024
     nprobe: int = 5
+    storage: str = "float32"
     flat_below: int = 10_000
     shard_size: int = 8192
     batch_size: int = 64
@@ -121,7 +122,7 @@ def _index_manifest(
         },
         "corpus": corpus,
         "dim": dim,
-        "index_type": plan.kind,
+        "index_type": plan.index_type,
         "nlist": plan.nlist,
         "nprobe": cfg.nprobe,
         "plan": plan.reason,
@@ -153,6 +154,8 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
     out = Path(cfg.out)
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to rebuild it)")
+    if cfg.storage not in STORAGES:
+        raise UserError(f"--storage must be one of {', '.join(STORAGES)}, not {cfg.storage!r}")
     start = time.perf_counter()
     docs, stats, duplicates = read_corpus(spec)  # validate the corpus before loading a model
     corpus_sha = sha256_file(spec.path)
@@ -171,7 +174,7 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
     )
     encode_seconds, encoded = _encode_shards(encoder, docs, work, cfg)
     vectors = np.concatenate([np.load(p) for p in sorted((work / "shards").glob("[0-9]*.npy"))])
-    plan = plan_index(len(docs), cfg.nlist, cfg.flat_below)
+    plan = plan_index(len(docs), cfg.nlist, cfg.flat_below, cfg.storage)
     log.info("index plan: %s", plan)
     with atomic_directory(out, overwrite=overwrite) as tmp:
         store = DocumentStore(tmp / STORE_FILE)

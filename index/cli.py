@@ -23,6 +23,9 @@ def build_command(
     variant: Annotated[str, Opt(help="int8 | fp32")] = "int8",
     nlist: Annotated[int, Opt()] = 1024,
     nprobe: Annotated[int, Opt()] = 5,
+    storage: Annotated[
+        str, Opt(help="How IVF lists hold vectors: float32, or sq8 (1 byte per dimension, 4x smaller).")
+    ] = "float32",
     threads: Annotated[int | None, Opt()] = None,
     overwrite: Annotated[bool, Opt()] = False,
 ) -> None:
@@ -32,7 +35,13 @@ def build_command(
 
     spec = CorpusSpec(corpus, id_column, text_column, tuple(metadata_column or ()))
     cfg = BuildConfig(
-        bundle=str(bundle), out=str(out), variant=variant, nlist=nlist, nprobe=nprobe, threads=threads
+        bundle=str(bundle),
+        out=str(out),
+        variant=variant,
+        nlist=nlist,
+        nprobe=nprobe,
+        storage=storage,
+        threads=threads,
     )
     manifest = build(cfg, spec, overwrite=overwrite)
     keys = ("ntotal", "dim", "index_type", "nlist", "nprobe", "plan", "build_seconds", "docs_per_s")

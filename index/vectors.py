@@ -17,6 +17,7 @@ from distilembed.artifacts import FILE_MODE
 log = logging.getLogger(__name__)
 MIN_POINTS_PER_LIST = 39  # Faiss warns below this many training points per centroid
 FLAT_BELOW = 10_000  # under this many vectors exact search is fast and IVF only loses recall
+STORAGES = ("float32", "sq8")
 
 
 @dataclass(frozen=True)
@@ -24,18 +25,39 @@ class IndexPlan:
     kind: str  # "ivf" | "flat"
     nlist: int
     reason: str
+    storage: str = "float32"  # how IVF lists hold vectors: float32, or sq8 (one byte per dimension)
+
+    @property
+    def index_type(self) -> str:
+        """What the manifest and /info call it: "flat", "ivf" or "ivf_sq8"."""
+        return f"{self.kind}_sq8" if self.storage == "sq8" else self.kind
 
 
-def plan_index(n: int, nlist: int = 1024, flat_below: int = FLAT_BELOW) -> IndexPlan:
+def plan_index(
+    n: int, nlist: int = 1024, flat_below: int = FLAT_BELOW, storage: str = "float32"
+) -> IndexPlan:
     """IVF with the requested nlist if the corpus can train it, else a smaller nlist or flat."""
+    if storage not in STORAGES:
+        raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
     if n < flat_below:
-        return IndexPlan("flat", 0, f"{n} vectors < {flat_below}: exact search")
+        return IndexPlan("flat", 0, f"{n} vectors < {flat_below}: exact search, float32")
     fitted = min(nlist, n // MIN_POINTS_PER_LIST)
     if fitted < nlist:
-        return IndexPlan(
-            "ivf", fitted, f"nlist lowered {nlist} -> {fitted} to keep >= {MIN_POINTS_PER_LIST} points/list"
+        reason = f"nlist lowered {nlist} -> {fitted} to keep >= {MIN_POINTS_PER_LIST} points/list"
+        return IndexPlan("ivf", fitted, reason, storage)
+    return IndexPlan("ivf", nlist, "as requested", storage)
+
+
+def new_ivf(dim: int, nlist: int, storage: str = "float32") -> faiss.IndexIVF:
+    """An untrained inner-product IVF. ``sq8`` stores each dimension in one byte (4x less memory
+    than float32); its per-dimension ranges are learnt in ``train``, and later vectors outside
+    them are clipped, which for unit vectors from the same encoder costs nothing measurable."""
+    quantizer = faiss.IndexFlatIP(dim)
+    if storage == "sq8":
+        return faiss.IndexIVFScalarQuantizer(
+            quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
         )
-    return IndexPlan("ivf", nlist, "as requested")
+    return faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
 
 
 def build_index(
@@ -45,8 +67,7 @@ def build_index(
     dim = vectors.shape[1]
     if plan.kind == "flat":
         return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-    quantizer = faiss.IndexFlatIP(dim)
-    index = faiss.IndexIVFFlat(quantizer, dim, plan.nlist, faiss.METRIC_INNER_PRODUCT)
+    index = new_ivf(dim, plan.nlist, plan.storage)
     size = min(len(vectors), train_size or 64 * plan.nlist)
     sample = np.random.default_rng(seed).choice(len(vectors), size=size, replace=False)
     index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -128,6 +129,17 @@ def test_build_cli_bad_input(tiny_bundle, tmp_path, corpus, content, message) ->
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "idx").exists()
+
+
+def test_sq8_build_and_unknown_storage(tiny_bundle, tmp_path) -> None:
+    spec = _corpus(tmp_path)
+    cfg = BuildConfig(bundle=str(tiny_bundle), out=str(tmp_path / "idx"), nlist=4, flat_below=100)
+    manifest = build(replace(cfg, storage="sq8"), spec)
+    assert (manifest["index_type"], manifest["nlist"], manifest["ntotal"]) == ("ivf_sq8", 4, 300)
+    args = ("build", "--bundle", str(tiny_bundle), "--corpus", str(spec.path), "--out", str(tmp_path / "x"))
+    refused = _cli(*args, "--storage", "pq")
+    assert refused.returncode == 2 and "--storage must be one of float32, sq8" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
 def test_search_cli_and_dim_mismatch(tiny_bundle, tmp_path) -> None:

@@ -39,6 +39,33 @@ def test_ivf_keeps_ids_and_nprobe_survives_save_load(tmp_path) -> None:
     np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
 
 
+def test_sq8_storage_is_4x_smaller_and_keeps_ids_through_save_load_remove(tmp_path) -> None:
+    vectors = clustered(4000, dim=64)
+    ids = np.arange(4000, dtype=np.int64) + 100
+    sizes = {}
+    for storage in ("float32", "sq8"):
+        plan = plan_index(len(vectors), nlist=32, flat_below=1000, storage=storage)
+        index = build_index(vectors, plan)
+        add(index, vectors, ids)
+        sizes[storage] = len(faiss.serialize_index(index))
+    assert plan.index_type == "ivf_sq8" and isinstance(index, faiss.IndexIVFScalarQuantizer)
+    # codes: 64 bytes instead of 256 per vector; ids (8 bytes each) and centroids are the same
+    assert sizes["sq8"] < 0.4 * sizes["float32"]
+    save_index(index, tmp_path / "sq8.faiss")
+    loaded = load_index(tmp_path / "sq8.faiss", nprobe=5)
+    scores, found = search(loaded, vectors[:50], k=1, nprobe=32)
+    assert (found[:, 0] == ids[:50]).all()
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=2e-2)  # one byte per dimension
+    assert remove(loaded, [100, 101, 5]) == 2
+    assert loaded.ntotal == 3998
+
+
+def test_plan_index_refuses_unknown_storage() -> None:
+    with pytest.raises(ValueError, match="float32, sq8"):
+        plan_index(100_000, storage="pq")
+    assert plan_index(500, storage="sq8").index_type == "flat"  # exact search stays float32
+
+
 def test_ivf_recall_against_exact_search() -> None:
     vectors = clustered(6000, seed=1)
     queries = clustered(100, seed=2)

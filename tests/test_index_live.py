@@ -19,18 +19,20 @@ from tests.test_index_core import clustered
 DIM = 16
 
 
-def make_index(directory: Path, n: int = 3000, nlist: int = 32, flat: bool = False) -> np.ndarray:
+def make_index(
+    directory: Path, n: int = 3000, nlist: int = 32, flat: bool = False, storage: str = "float32"
+) -> np.ndarray:
     """A built index dir of ``n`` clustered vectors with ids doc0..; returns the vectors."""
     directory.mkdir(parents=True)
     vectors = clustered(n, DIM)
-    plan = plan_index(n, nlist=nlist, flat_below=10**9 if flat else 100)
+    plan = plan_index(n, nlist=nlist, flat_below=10**9 if flat else 100, storage=storage)
     store = DocumentStore(directory / STORE_FILE)
     ids, _ = store.upsert([Document(f"doc{i}", f"text {i}", {"group": i % 3}) for i in range(n)])
     store.close()
     index = build_index(vectors, plan)
     add(index, vectors, np.asarray(ids, dtype=np.int64))
     save_index(index, directory / INDEX_FILE)
-    manifest = {"kind": "index", "dim": DIM, "index_type": plan.kind, "nlist": plan.nlist, "nprobe": 5}
+    manifest = {"kind": "index", "dim": DIM, "index_type": plan.index_type, "nlist": plan.nlist, "nprobe": 5}
     atomic_write_json(directory / "manifest.json", manifest | {"bundle": {"manifest_sha256": "abc"}})
     return vectors
 
@@ -40,9 +42,9 @@ def unit(seed: int, n: int = 1) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("flat", [False, True])
-def test_upsert_replace_delete_then_search(tmp_path, flat) -> None:
-    make_index(tmp_path / "idx", flat=flat)
+@pytest.mark.parametrize(("flat", "storage"), [(False, "float32"), (True, "float32"), (False, "sq8")])
+def test_upsert_replace_delete_then_search(tmp_path, flat, storage) -> None:
+    make_index(tmp_path / "idx", flat=flat, storage=storage)
     live = LiveIndex(tmp_path / "idx")
     new = unit(1)
     assert live.upsert([Document("new", "a new doc", {"group": 9})], new) == (1, 0)
@@ -50,7 +52,9 @@ def test_upsert_replace_delete_then_search(tmp_path, flat) -> None:
     replacement = unit(2)
     assert live.upsert([Document("doc5", "doc five, edited")], replacement) == (0, 1)
     hit = live.search(replacement, k=1, nprobe=32)[0][0]
-    assert (hit.id, hit.text) == ("doc5", "doc five, edited") and hit.score == pytest.approx(1.0, abs=1e-5)
+    tolerance = 2e-2 if storage == "sq8" else 1e-5  # sq8: one byte per dimension
+    assert (hit.id, hit.text) == ("doc5", "doc five, edited")
+    assert hit.score == pytest.approx(1.0, abs=tolerance)
     assert live.delete(["doc5", "never-existed"]) == ["doc5"]
     assert all(h.id != "doc5" for h in live.search(replacement, k=20, nprobe=32)[0])
     assert live.ntotal == 3000 and live.get("doc5") is None
