@@ -10,6 +10,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import numpy as np
+from ivf_width import fixed_and_per_dim, pca_widths
 from methods import add_comparisons, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, retrieval_scores, verdict
@@ -101,3 +102,14 @@ def test_interleaved_rounds_run_every_call_once_per_round(alternate: bool, order
     )
     assert "".join(calls) == order
     assert {name: len(s) for name, s in seconds.items()} == {"a": 2, "b": 2}
+
+
+def test_width_line_and_pca_cuts() -> None:
+    fixed, per_dim = fixed_and_per_dim([0, 10, 20], [1.0, 2.0, 3.0])
+    assert (fixed, per_dim) == (pytest.approx(1.0), pytest.approx(0.1))
+    vectors = np.random.default_rng(0).normal(size=(200, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    cuts = pca_widths(vectors, [4, 16], fit_on=100, seed=0)
+    assert cuts[4].shape == (200, 4)
+    np.testing.assert_allclose(np.linalg.norm(cuts[4], axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(cuts[16], vectors, rtol=1e-5)  # the full width is kept as it is
