@@ -27,7 +27,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import load_quora_retrieval
-from quora_sr import make_index, raw_search, student_vectors, teacher_vectors
+from quora_sr import add_model_args, make_index, raw_search, student_vectors, teacher_vectors
 from timing import interleaved_seconds
 
 
@@ -53,13 +53,8 @@ def fixed_and_per_dim(widths: list[int], ms: list[float]) -> tuple[float, float]
 
 def main() -> None:
     data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quora-dir", default=f"{data_root}/quora")
-    parser.add_argument("--bundle", required=True, help="Student bundle, timed beside the PCA widths.")
-    parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
-    parser.add_argument("--teacher", default="all-mpnet-base-v2")
-    parser.add_argument("--teacher-vectors", help=".npy of teacher vectors (+ .json with corpus_sha256).")
-    parser.add_argument("--teacher-batch-size", type=int, default=16)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_args(parser, data_root)
     parser.add_argument(
         "--widths", type=lambda s: [int(x) for x in s.split(",")], default=[32, 64, 128, 256, 384, 768]
     )

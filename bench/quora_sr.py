@@ -227,15 +227,20 @@ def one_thread_ratio(pair: list[SearchSpec], k: int, rounds: int) -> dict:
     }
 
 
-def main() -> None:
-    data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_model_args(parser: argparse.ArgumentParser, data_root: str) -> None:
+    """The Quora data, the student bundle and the teacher: shared with bench/ivf_width.py."""
     parser.add_argument("--quora-dir", default=f"{data_root}/quora")
     parser.add_argument("--bundle", required=True, help="Student bundle (export output).")
     parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
     parser.add_argument("--teacher", default="all-mpnet-base-v2")
     parser.add_argument("--teacher-vectors", help=".npy of teacher vectors (+ .json with corpus_sha256).")
     parser.add_argument("--teacher-batch-size", type=int, default=16, help="16 is fastest for mpnet on CPU")
+
+
+def main() -> None:
+    data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_model_args(parser, data_root)
     parser.add_argument(
         "--distractors", type=int, default=0, help="add the first N sentences of --distractor-corpus"
     )
