@@ -49,9 +49,9 @@ def plan_index(
 
 
 def new_ivf(dim: int, nlist: int, storage: str = "float32") -> faiss.IndexIVF:
-    """An untrained inner-product IVF. ``sq8`` stores each dimension in one byte (4x less memory
-    than float32); its per-dimension ranges are learnt in ``train``, and later vectors outside
-    them are clipped, which for unit vectors from the same encoder costs nothing measurable."""
+    """An untrained inner-product IVF. ``sq8`` stores each dimension (of the residual to the list's
+    centroid) in one byte, 4x less memory than float32. Its per-dimension ranges are learnt in
+    ``train``; values of later vectors outside them are clipped (docs/decisions.md, 19)."""
     quantizer = faiss.IndexFlatIP(dim)
     if storage == "sq8":
         return faiss.IndexIVFScalarQuantizer(
