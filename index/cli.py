@@ -61,8 +61,8 @@ def init_command(
     typer.echo(json.dumps({k: manifest[k] for k in ("ntotal", "dim", "index_type", "plan")}))
 
 
-def _encoder_for(index_dir: Path, bundle: Path | None) -> tuple[Any, Any]:
-    """The index opened for writing/search and the encoder of the bundle it was built with."""
+def _encoder_for(index_dir: Path, bundle: Path | None, writable: bool) -> tuple[Any, Any]:
+    """The index, opened for writing or only to search, and the encoder of its bundle."""
     from distilembed.artifacts import read_manifest, sha256_file
     from export.runtime import Encoder
     from index.live import open_for_bundle
@@ -70,7 +70,8 @@ def _encoder_for(index_dir: Path, bundle: Path | None) -> tuple[Any, Any]:
     meta = read_manifest(index_dir)["bundle"] if (index_dir / "manifest.json").is_file() else {}
     bundle_dir = bundle or Path(meta.get("path", ""))
     encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
-    live = open_for_bundle(index_dir, encoder.dim, sha256_file(bundle_dir / "manifest.json"))
+    bundle_sha = sha256_file(bundle_dir / "manifest.json")
+    live = open_for_bundle(index_dir, encoder.dim, bundle_sha, writable=writable)
     return live, encoder
 
 
@@ -85,7 +86,7 @@ def search_command(
     ] = None,
 ) -> None:
     """Top-k documents for a query."""
-    live, encoder = _encoder_for(index, bundle)
+    live, encoder = _encoder_for(index, bundle, writable=False)
     for rank, hit in enumerate(live.search(encoder.encode([query]), k, nprobe)[0], 1):
         typer.echo(f"{rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")
 
@@ -107,7 +108,7 @@ def add_command(
     from index.corpus import CorpusSpec
 
     docs, _, _ = read_corpus(CorpusSpec(corpus, id_column, text_column, tuple(metadata_column or ())))
-    live, encoder = _encoder_for(index, bundle)
+    live, encoder = _encoder_for(index, bundle, writable=True)
     added = replaced = 0
     with tqdm(total=len(docs), desc="add", unit="doc") as bar:
         for lo in range(0, len(docs), batch):
@@ -138,7 +139,7 @@ def info_command(index: Annotated[Path, typer.Argument(help="Index directory.")]
     """Print an index's manifest."""
     from index.live import LiveIndex
 
-    live = LiveIndex(index)
+    live = LiveIndex(index, writable=False)
     typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal}, indent=2))
 
 

@@ -6,16 +6,22 @@ Faiss file is a snapshot; opening an index replays the logged changes on top of 
 checkpoint writes a new snapshot (temp file, fsync, rename) and then drops the replayed log rows.
 Replay is idempotent (an upsert removes the id before adding it), so a crash between those two
 steps only replays changes that are already in the snapshot.
+
+One process writes a directory at a time (an flock on ``.writer.lock``). Two writers would each
+checkpoint a snapshot without the other's vectors and drop the other's log rows with their own,
+losing acknowledged writes. Readers (``writable=False``) take no lock and refuse writes.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import faiss
 import numpy as np
@@ -26,7 +32,7 @@ from index.store import Document, DocumentStore
 from index.vectors import add, load_index, remove, save_index, search
 
 log = logging.getLogger(__name__)
-INDEX_FILE, STORE_FILE = "vectors.faiss", "docs.sqlite"
+INDEX_FILE, STORE_FILE, LOCK_FILE = "vectors.faiss", "docs.sqlite", ".writer.lock"
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,11 @@ class LiveIndex:
     """Search, get, upsert and delete on a built index directory; thread-safe."""
 
     def __init__(
-        self, directory: str | Path, nprobe: int | None = None, checkpoint_every: int = 10_000
+        self,
+        directory: str | Path,
+        nprobe: int | None = None,
+        checkpoint_every: int = 10_000,
+        writable: bool = True,
     ) -> None:
         self.dir = Path(directory)
         if not (self.dir / "manifest.json").is_file():
@@ -55,8 +65,13 @@ class LiveIndex:
         self.nprobe = nprobe or int(self.manifest["nprobe"])
         self.checkpoint_every = checkpoint_every
         self._lock = threading.RLock()
-        self.index = load_index(self.dir / INDEX_FILE, self.nprobe)
-        self.store = DocumentStore(self.dir / STORE_FILE)
+        self._writer: IO[str] | None = _writer_lock(self.dir) if writable else None
+        try:
+            self.index = load_index(self.dir / INDEX_FILE, self.nprobe)
+            self.store = DocumentStore(self.dir / STORE_FILE)
+        except BaseException:
+            self._release_writer()
+            raise
         self._pending = self._replay()
         if self._pending:
             log.info("%s: replayed %d logged vector changes", self.dir, self._pending)
@@ -116,8 +131,17 @@ class LiveIndex:
         with self._lock:
             return self.store.get(ext_id)
 
+    @property
+    def writable(self) -> bool:
+        return self._writer is not None
+
+    def _require_writable(self) -> None:
+        if self._writer is None:
+            raise UserError(f"{self.dir} was opened read-only")
+
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]:
         """Insert or replace documents with their vectors; durable on return. Returns (added, replaced)."""
+        self._require_writable()
         vectors = self.check_vectors(vectors, rows=len(docs))
         with self._lock:
             ids, replaced = self.store.upsert(docs, vectors)
@@ -130,6 +154,7 @@ class LiveIndex:
 
     def delete(self, ext_ids: Sequence[str]) -> list[str]:
         """Delete documents; durable on return. Returns the ids that existed."""
+        self._require_writable()
         with self._lock:
             gone = self.store.delete_logged(ext_ids)
             remove(self.index, list(gone.values()))
@@ -142,35 +167,66 @@ class LiveIndex:
             self.checkpoint()
 
     def checkpoint(self) -> None:
-        """Write the in-memory index as the new snapshot, then drop the change log it covers."""
+        """Write the in-memory index as the new snapshot, then drop the change log it covers
+        (a reader has nothing to write and skips this)."""
         with self._lock:
-            changes = self.store.changes()
+            changes = self.store.changes() if self.writable else []
             if not changes:
                 return
             save_index(self.index, self.dir / INDEX_FILE)
             self.store.drop_changes(changes[-1][0])
             self._pending = 0
 
-    def close(self) -> None:
+    def close(self, checkpoint: bool = True) -> None:
         with self._lock:
-            self.checkpoint()
+            if checkpoint:
+                self.checkpoint()
             self.store.close()
+            self._release_writer()
+
+    def _release_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()  # closing the file releases the flock
+            self._writer = None
+
+
+def _writer_lock(directory: Path) -> IO[str]:
+    """Hold the directory's writer lock (released by the kernel if the process dies) or refuse."""
+    handle = (directory / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise UserError(
+            f"{directory} is already open for writing (pid {holder}): "
+            "stop that writer, or write through it (e.g. the service's HTTP API)"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
 
 
 def open_for_bundle(
-    directory: str | Path, dim: int, bundle_sha256: str | None = None, nprobe: int | None = None
+    directory: str | Path,
+    dim: int,
+    bundle_sha256: str | None = None,
+    nprobe: int | None = None,
+    writable: bool = True,
 ) -> LiveIndex:
     """Open an index for a bundle's encoder (``bundle_sha256``: sha256 of its manifest.json).
 
     Vectors of two different models live in unrelated spaces even at the same dimension, so a
     bundle other than the one the index was built with is an error, not a warning.
     """
-    index = LiveIndex(directory, nprobe)
+    index = LiveIndex(directory, nprobe, writable=writable)
     built_with = index.manifest.get("bundle", {}).get("manifest_sha256")
     if dim != index.dim:
-        index.store.close()
+        index.close(checkpoint=False)
         raise UserError(f"the bundle gives {dim}-d vectors but {directory} holds {index.dim}-d vectors")
     if bundle_sha256 and built_with and bundle_sha256 != built_with:
-        index.store.close()
+        index.close(checkpoint=False)
         raise UserError(f"{directory} was built with another bundle (manifest sha256 {built_with[:12]}...)")
     return index

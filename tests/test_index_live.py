@@ -103,6 +103,7 @@ def test_checkpoint_folds_the_log_and_replay_is_idempotent(tmp_path) -> None:
     live.delete(["doc0"])
     # A crash after the snapshot was written but before the log was dropped replays it again.
     save_index(live.index, tmp_path / "idx" / INDEX_FILE)
+    live.close(checkpoint=False)  # the crash
     again = LiveIndex(tmp_path / "idx")
     assert again.ntotal == live.ntotal == 3000
     assert again.search(unit(3), k=1, nprobe=32)[0][0].id == "x"
@@ -117,7 +118,25 @@ def test_automatic_checkpoint(tmp_path) -> None:
     live = LiveIndex(tmp_path / "idx", checkpoint_every=10)
     live.upsert([Document(f"n{i}", "t") for i in range(12)], unit(4, 12))
     assert live.store.changes() == []  # folded into the Faiss file
-    assert LiveIndex(tmp_path / "idx").ntotal == 3012
+    assert LiveIndex(tmp_path / "idx", writable=False).ntotal == 3012
+
+
+def test_one_writer_per_directory(tmp_path) -> None:
+    """A second writer would checkpoint without the first one's vectors and drop their log rows."""
+    make_index(tmp_path / "idx")
+    writer = LiveIndex(tmp_path / "idx")
+    with pytest.raises(UserError, match=r"already open for writing \(pid \d+\)"):
+        LiveIndex(tmp_path / "idx")
+    writer.upsert([Document("x", "x")], unit(3))
+    reader = LiveIndex(tmp_path / "idx", writable=False)  # replays the writer's logged change
+    assert reader.search(unit(3), k=1, nprobe=32)[0][0].id == "x"
+    with pytest.raises(UserError, match="read-only"):
+        reader.delete(["x"])
+    reader.close()
+    assert len(DocumentStore(tmp_path / "idx" / STORE_FILE).changes()) == 1  # a reader never checkpoints
+    writer.close()
+    after = LiveIndex(tmp_path / "idx")
+    assert after.search(unit(3), k=1, nprobe=32)[0][0].id == "x" and after.store.changes() == []
 
 
 def test_metadata_filter(tmp_path) -> None:
@@ -138,11 +157,14 @@ def test_refusals(tmp_path) -> None:
         live.upsert([Document("a", "a"), Document("b", "b")], unit(1))
     with pytest.raises(UserError, match="16-d"):
         live.search(np.zeros((1, 8), dtype=np.float32))
+    live.close()
     with pytest.raises(UserError, match="8-d vectors"):
         open_for_bundle(tmp_path / "idx", dim=8)
     with pytest.raises(UserError, match="another bundle"):
         open_for_bundle(tmp_path / "idx", dim=DIM, bundle_sha256="def")
-    assert open_for_bundle(tmp_path / "idx", dim=DIM, bundle_sha256="abc").dim == DIM
+    opened = open_for_bundle(tmp_path / "idx", dim=DIM, bundle_sha256="abc")
+    assert opened.dim == DIM and opened.writable  # the refused opens released the writer lock
+    opened.close()
     with pytest.raises(UserError, match="not an index"):
         LiveIndex(tmp_path)
     assert LiveIndex(tmp_path / "idx").ntotal == 3000  # the refusals changed nothing
