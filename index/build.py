@@ -132,14 +132,15 @@ def _index_manifest(
 
 
 def create_empty(cfg: BuildConfig, overwrite: bool = False) -> dict[str, Any]:
-    """An empty live index for ``cfg.bundle`` (exact search; documents arrive by upsert). For a large
-    corpus, ``build`` it instead: IVF needs vectors to train on."""
+    """An empty live index for ``cfg.bundle`` (exact search; documents arrive by upsert). IVF needs
+    vectors to train on: ``build`` a large corpus instead, or ``index retrain`` this one once it
+    has grown."""
     out = Path(cfg.out)
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
     bundle = verify_bundle(Path(cfg.bundle), [])
     dim = int(bundle["dim"])
-    plan = IndexPlan("flat", 0, "created empty: exact search; rebuild as IVF once the corpus is large")
+    plan = IndexPlan("flat", 0, "created empty: exact search; run 'index retrain' once it is large")
     with atomic_directory(out, overwrite=overwrite) as tmp:
         DocumentStore(tmp / STORE_FILE).close()
         save_index(build_index(np.zeros((0, dim), dtype=np.float32), plan), tmp / INDEX_FILE)
