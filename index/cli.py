@@ -136,16 +136,21 @@ def delete_command(
 
 @app.command("retrain")
 def retrain_command(
-    index: Annotated[Path, Opt(help="Index directory to retrain in place (stop the service first).")],
+    index: Annotated[Path, Opt(help="Index directory to retrain in place (not open in a service).")],
     nlist: Annotated[int, Opt(help="Lists wanted (lowered for a small index).")] = 1024,
     storage: Annotated[str | None, Opt(help="float32 | sq8 (default: keep the current one).")] = None,
     flat_below: Annotated[int, Opt(help="Fewer vectors than this: exact search.")] = 10_000,
 ) -> None:
     """Retrain the IVF on the vectors the index holds (no re-encoding), e.g. after it grew from
-    empty or its documents moved to another domain."""
-    from index.retrain import retrain
+    empty or its documents moved to another domain. A running service does it with
+    POST /index/retrain."""
+    from index.live import LiveIndex
 
-    manifest = retrain(index, nlist=nlist, storage=storage, flat_below=flat_below)
+    live = LiveIndex(index)
+    try:
+        manifest = live.retrain(nlist=nlist, storage=storage, flat_below=flat_below)
+    finally:
+        live.close()
     keys = ("ntotal", "index_type", "nlist", "plan", "retrained")
     typer.echo(json.dumps({k: manifest[k] for k in keys}))
 

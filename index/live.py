@@ -18,6 +18,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +27,22 @@ from typing import IO, Any
 import faiss
 import numpy as np
 
-from distilembed.artifacts import read_manifest
-from distilembed.errors import UserError
+from distilembed.artifacts import atomic_write_json, now_iso, read_manifest
+from distilembed.errors import BusyError, UserError
 from index.store import Document, DocumentStore
-from index.vectors import add, load_index, remove, save_index, search
+from index.vectors import (
+    FLAT_BELOW,
+    STORAGES,
+    add,
+    build_index,
+    held_vectors,
+    load_index,
+    plan_index,
+    remove,
+    save_index,
+    search,
+    set_nprobe,
+)
 
 log = logging.getLogger(__name__)
 INDEX_FILE, STORE_FILE, LOCK_FILE = "vectors.faiss", "docs.sqlite", ".writer.lock"
@@ -65,6 +78,7 @@ class LiveIndex:
         self.nprobe = nprobe or int(self.manifest["nprobe"])
         self.checkpoint_every = checkpoint_every
         self._lock = threading.RLock()
+        self._retraining = threading.Lock()
         self._writer: IO[str] | None = _writer_lock(self.dir) if writable else None
         try:
             self.index = load_index(self.dir / INDEX_FILE, self.nprobe)
@@ -80,12 +94,14 @@ class LiveIndex:
     def ntotal(self) -> int:
         return int(self.index.ntotal)
 
-    def _replay(self) -> int:
+    def _replay(self, index: faiss.Index | None = None) -> int:
+        """Apply the logged changes to ``index`` (default: this one's); returns how many."""
+        index = self.index if index is None else index
         changes = self.store.changes()
         for _, int_id, blob in changes:
-            remove(self.index, [int_id])
+            remove(index, [int_id])
             if blob is not None:
-                add(self.index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
+                add(index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
         return len(changes)
 
     def check_vectors(self, vectors: np.ndarray, rows: int | None = None) -> np.ndarray:
@@ -170,12 +186,66 @@ class LiveIndex:
         """Write the in-memory index as the new snapshot, then drop the change log it covers
         (a reader has nothing to write and skips this)."""
         with self._lock:
+            # During a retrain the log must keep every change made since it began: they are
+            # replayed on the new index when it is swapped in. Checked under the lock, which the
+            # retrain takes (after its guard) to read the vectors it trains on.
+            if not self._retraining.locked():
+                self._write_snapshot()
+
+    def _write_snapshot(self) -> None:
+        with self._lock:
             changes = self.store.changes() if self.writable else []
             if not changes:
                 return
             save_index(self.index, self.dir / INDEX_FILE)
             self.store.drop_changes(changes[-1][0])
             self._pending = 0
+
+    def retrain(
+        self, nlist: int = 1024, storage: str | None = None, flat_below: int = FLAT_BELOW, seed: int = 0
+    ) -> dict[str, Any]:
+        """Train a new index (IVF for ``nlist``, or flat below ``flat_below``) on the vectors this
+        one holds and swap it in under the same ids; returns the new manifest. Nothing is
+        re-encoded. Searches and writes go on while it trains: writes made meanwhile are in the
+        change log and are replayed on the new index before the swap. ``storage`` None keeps the
+        current one."""
+        self._require_writable()
+        storage = storage or ("sq8" if self.kind.endswith("_sq8") else "float32")
+        if storage not in STORAGES:
+            raise UserError(f"--storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+        if not self._retraining.acquire(blocking=False):
+            raise BusyError(f"{self.dir}: a retrain is already running")
+        try:
+            start = time.perf_counter()
+            with self._lock:
+                self._write_snapshot()  # from here the log holds the changes made during training
+                ids, vectors = held_vectors(self.index)
+            plan = plan_index(len(ids), nlist, flat_below, storage)
+            log.info("retrain %s: %d vectors, %s -> %s", self.dir, len(ids), self.kind, plan)
+            fresh = build_index(vectors, plan, seed=seed)
+            add(fresh, vectors, ids)
+            set_nprobe(fresh, self.nprobe)
+            with self._lock:
+                changes = self.store.changes()
+                self._replay(fresh)
+                save_index(fresh, self.dir / INDEX_FILE)
+                if changes:
+                    self.store.drop_changes(changes[-1][0])
+                retrained = {"at": now_iso(), "from": {"index_type": self.kind, "nlist": self.nlist}}
+                self.index, self.kind, self.nlist, self._pending = fresh, plan.index_type, plan.nlist, 0
+                self.manifest = self.manifest | {
+                    "index_type": plan.index_type,
+                    "nlist": plan.nlist,
+                    "plan": plan.reason,
+                    "ntotal": self.ntotal,
+                    "retrained": retrained | {"seconds": round(time.perf_counter() - start, 2)},
+                }
+                # After the Faiss file: a crash in between leaves the new index under the old
+                # manifest's type/nlist labels (searches still work); a second retrain fixes them.
+                atomic_write_json(self.dir / "manifest.json", self.manifest)
+            return self.manifest
+        finally:
+            self._retraining.release()
 
     def close(self, checkpoint: bool = True) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from faiss.contrib.inspect_tools import get_invlist
 
 from distilembed.artifacts import FILE_MODE
 
@@ -42,6 +43,8 @@ def plan_index(
     if n < flat_below:
         return IndexPlan("flat", 0, f"{n} vectors < {flat_below}: exact search, float32")
     fitted = min(nlist, n // MIN_POINTS_PER_LIST)
+    if fitted < 1:
+        return IndexPlan("flat", 0, f"{n} vectors: too few to train one list, exact search")
     if fitted < nlist:
         reason = f"nlist lowered {nlist} -> {fitted} to keep >= {MIN_POINTS_PER_LIST} points/list"
         return IndexPlan("ivf", fitted, reason, storage)
@@ -72,6 +75,24 @@ def build_index(
     sample = np.random.default_rng(seed).choice(len(vectors), size=size, replace=False)
     index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
     return index
+
+
+def held_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of every entry of a flat (IDMap2) or IVF index; from sq8 lists the vectors
+    come back decoded (one byte per dimension)."""
+    if isinstance(index, faiss.IndexIVF):
+        lists = [get_invlist(index.invlists, i)[0] for i in range(index.nlist)]
+        ids = np.concatenate([np.zeros(0, dtype=np.int64), *lists])
+        # Reconstruct by id (ours are not 0..n-1, so a hash table), then drop the map again.
+        index.set_direct_map_type(faiss.DirectMap.Hashtable)
+        try:
+            vectors = index.reconstruct_batch(ids) if len(ids) else np.zeros((0, index.d), np.float32)
+        finally:
+            index.set_direct_map_type(faiss.DirectMap.NoMap)
+        return ids, vectors
+    index = faiss.downcast_index(index)
+    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+    return ids, faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
 
 
 def add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, slice_size: int = 65_536) -> None:

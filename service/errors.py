@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from distilembed.errors import UserError
+from distilembed.errors import BusyError, UserError
 
 log = logging.getLogger("distilembed.service")
 
@@ -71,6 +71,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _user_error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, BusyError):
+        return error_response(request, 409, str(exc), "conflict")
     return error_response(request, 422, str(exc), "validation_error")
 
 

@@ -14,15 +14,17 @@ from service.schemas import (
     DeleteResponse,
     DocumentOut,
     ErrorBody,
+    RetrainRequest,
+    RetrainResponse,
     SearchRequest,
     SearchResponse,
     SearchResult,
     UpsertRequest,
     UpsertResponse,
 )
-from service.state import ServiceState, State
+from service.state import ServiceState, State, index_info
 
-ERRORS: dict[int | str, dict] = {code: {"model": ErrorBody} for code in (401, 404, 413, 422, 429, 503)}
+ERRORS: dict[int | str, dict] = {code: {"model": ErrorBody} for code in (401, 404, 409, 413, 422, 429, 503)}
 router = APIRouter(responses=ERRORS, tags=["index"])  # create_app adds the API-key dependency
 
 
@@ -89,3 +91,12 @@ async def delete_document(doc_id: str, request: Request, state: State) -> Delete
     if doc_id not in deleted:
         raise _not_found(doc_id)
     return DeleteResponse(deleted=doc_id, took_ms=took_ms(request))
+
+
+@router.post("/index/retrain", response_model=RetrainResponse)
+async def retrain_index(body: RetrainRequest, request: Request, state: State) -> RetrainResponse:
+    """Train a new IVF on the vectors the index holds and swap it in (same ids, nothing re-encoded).
+    Searches and writes go on meanwhile; a second retrain while one runs gets 409."""
+    index = state.require_index()
+    manifest = await run_in_threadpool(index.retrain, body.nlist, body.storage, body.flat_below)
+    return RetrainResponse(index=index_info(index), retrained=manifest["retrained"], took_ms=took_ms(request))

@@ -7,8 +7,8 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.errors import took_ms
-from service.schemas import ErrorBody, Health, IndexInfo, Info, Ready
-from service.state import State, require_key
+from service.schemas import ErrorBody, Health, Info, Ready
+from service.state import State, index_info, require_key
 
 router = APIRouter(tags=["operations"])
 
@@ -41,8 +41,7 @@ async def info(request: Request, state: State) -> Info:
     encoder, _ = state.require_encoder()
     index = None
     if state.index is not None:
-        ix = state.index
-        index = IndexInfo(type=ix.kind, ntotal=ix.ntotal, nlist=ix.nlist, nprobe=ix.nprobe, dim=ix.dim)
+        index = index_info(state.index)
     s = state.settings
     return Info(
         model=state.model,

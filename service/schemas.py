@@ -156,6 +156,18 @@ class IndexInfo(BaseModel):
     dim: int
 
 
+class RetrainRequest(BaseModel):
+    nlist: int = Field(1024, ge=1, le=1 << 16, description="lists wanted; lowered for a small index")
+    storage: Literal["float32", "sq8"] | None = Field(None, description="default: keep the current one")
+    flat_below: int = Field(10_000, ge=0, description="fewer vectors than this: exact search")
+
+
+class RetrainResponse(BaseModel):
+    index: IndexInfo
+    retrained: dict[str, Any]
+    took_ms: float
+
+
 class Info(BaseModel):
     model: str
     dim: int

@@ -15,6 +15,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from service.batcher import Batcher, BatcherClosedError, Embedded, EncoderLike, QueueFullError
 from service.errors import ApiError, payload_too_large, validation
 from service.metrics import Metrics
+from service.schemas import IndexInfo
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -45,6 +46,10 @@ class IndexLike(Protocol):
     def delete(self, ext_ids: Sequence[str]) -> list[str]: ...
 
     def checkpoint(self) -> None: ...
+
+    def retrain(
+        self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
+    ) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
 
@@ -131,3 +136,9 @@ async def require_key(
 
 def bundle_path(encoder: EncoderLike, settings: Settings) -> Path:
     return Path(getattr(encoder, "bundle", settings.bundle))
+
+
+def index_info(index: IndexLike) -> IndexInfo:
+    return IndexInfo(
+        type=index.kind, ntotal=index.ntotal, nlist=index.nlist, nprobe=index.nprobe, dim=index.dim
+    )

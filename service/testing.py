@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from distilembed.errors import UserError
+from distilembed.errors import BusyError, UserError
 from index.live import Hit
 from index.store import Document
 
@@ -68,6 +68,7 @@ class FakeIndex:
         self.docs: dict[str, tuple[Document, np.ndarray]] = {}
         self.searches: list[dict[str, Any]] = []
         self.closed = False
+        self.busy = False  # True: retrain answers as if another one were running
         self._lock = threading.Lock()
 
     @property
@@ -114,6 +115,22 @@ class FakeIndex:
 
     def checkpoint(self) -> None:
         return
+
+    def retrain(
+        self,
+        nlist: int = 1024,
+        storage: str | None = None,
+        flat_below: int = 10_000,
+        seed: int = 0,  # noqa: ARG002 (the LiveIndex signature)
+    ) -> dict[str, Any]:
+        """Exact search stays exact here; only the labels follow the plan ``LiveIndex`` would make."""
+        if self.busy:
+            raise BusyError("a retrain is already running")
+        before = {"index_type": self.kind, "nlist": self.nlist}
+        if self.ntotal >= flat_below:
+            self.kind, self.nlist = ("ivf_sq8" if storage == "sq8" else "ivf"), min(nlist, self.ntotal // 39)
+        self.manifest |= {"index_type": self.kind, "nlist": self.nlist, "retrained": {"from": before}}
+        return self.manifest
 
     def close(self) -> None:
         self.closed = True

@@ -21,6 +21,7 @@ def test_plan_index_adapts_to_corpus_size() -> None:
     assert small.kind == "ivf" and small.nlist == 20_000 // 39 and "lowered" in small.reason
     assert plan_index(100_000) == plan_index(100_000, nlist=1024)
     assert plan_index(100_000).nlist == 1024
+    assert plan_index(30, flat_below=10).kind == "flat"  # fewer than 39 points: not even one list
 
 
 def test_ivf_keeps_ids_and_nprobe_survives_save_load(tmp_path) -> None:

@@ -1,17 +1,20 @@
-"""index retrain: an index grown from empty becomes IVF, same ids and documents, nothing re-encoded."""
+"""Retraining a live index: an index grown from empty becomes IVF, same ids and documents, nothing
+re-encoded, and writes made while it trains are kept."""
 
 import faiss
 import numpy as np
 import pytest
 
+import index.live
 from distilembed.artifacts import read_manifest
-from distilembed.errors import UserError
+from distilembed.errors import BusyError, UserError
 from index.live import LiveIndex
-from index.retrain import held_vectors, retrain
 from index.store import Document
-from index.vectors import add, build_index, plan_index
+from index.vectors import add, build_index, held_vectors, plan_index
 from tests.test_index_core import clustered
-from tests.test_index_live import DIM, make_index, unit
+from tests.test_index_live import make_index, unit
+
+DIM = 16
 
 
 @pytest.mark.parametrize("storage", ["float32", "sq8"])
@@ -38,30 +41,53 @@ def test_flat_index_grown_by_upserts_becomes_ivf(tmp_path) -> None:
     live = LiveIndex(tmp_path / "idx")
     live.upsert([Document("late", "logged, not yet in the snapshot")], unit(5))
     live.delete(["doc3"])
-    live.close(checkpoint=False)  # the change log is still pending when retrain starts
-
-    manifest = retrain(tmp_path / "idx", nlist=32, flat_below=100)
+    manifest = live.retrain(nlist=32, flat_below=100)
     assert (manifest["index_type"], manifest["nlist"], manifest["ntotal"]) == ("ivf", 32, 3000)
     assert manifest["retrained"]["from"] == {"index_type": "flat", "nlist": 0}
-    assert read_manifest(tmp_path / "idx")["index_type"] == "ivf"
-    live = LiveIndex(tmp_path / "idx")
-    assert isinstance(live.index, faiss.IndexIVF) and live.store.changes() == []
-    found = [row[0].id for row in live.search(vectors[:50], k=1, nprobe=32)]
-    assert found[:3] + found[4:] == [f"doc{i}" for i in range(50) if i != 3]
-    assert live.search(unit(5), k=1, nprobe=32)[0][0].id == "late"
-    assert live.get("doc7").metadata == {"group": 1}
+    assert (live.kind, live.nlist) == ("ivf", 32) and live.store.changes() == []
     live.close()
+    assert read_manifest(tmp_path / "idx")["index_type"] == "ivf"
+    reopened = LiveIndex(tmp_path / "idx")
+    assert isinstance(reopened.index, faiss.IndexIVF)
+    found = [row[0].id for row in reopened.search(vectors[:50], k=1, nprobe=32)]
+    assert [f for i, f in enumerate(found) if i != 3] == [f"doc{i}" for i in range(50) if i != 3]
+    assert found[3] != "doc3"  # deleted before the retrain
+    assert reopened.search(unit(5), k=1, nprobe=32)[0][0].id == "late"
+    assert reopened.get("doc7").metadata == {"group": 1}
 
 
-def test_retrain_can_switch_storage_and_is_refused_beside_a_writer(tmp_path) -> None:
+def test_writes_during_training_are_kept(tmp_path, monkeypatch) -> None:
+    """The training step is where searches and writes go on; here it writes, and even asks for a
+    checkpoint after every change, which must wait for the swap."""
     make_index(tmp_path / "idx")
-    writer = LiveIndex(tmp_path / "idx")
-    with pytest.raises(UserError, match="already open for writing"):
-        retrain(tmp_path / "idx", nlist=32, flat_below=100)
-    writer.close()
+    live = LiveIndex(tmp_path / "idx", checkpoint_every=1)
+    real_build = index.live.build_index
+
+    def build_while_writing(*args, **kwargs):
+        live.upsert([Document("during", "written while the new index trains")], unit(6))
+        live.delete(["doc8"])
+        with pytest.raises(BusyError):
+            live.retrain(nlist=16, flat_below=100)
+        assert live.search(unit(6), k=1, nprobe=32)[0][0].id == "during"  # the old index serves
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(index.live, "build_index", build_while_writing)
+    live.retrain(nlist=16, flat_below=100)
+    assert live.nlist == 16 and live.ntotal == 3000 and live.store.changes() == []
+    live.close()
+    reopened = LiveIndex(tmp_path / "idx", writable=False)
+    assert reopened.search(unit(6), k=1, nprobe=16)[0][0].id == "during"
+    assert reopened.get("doc8") is None and reopened.ntotal == 3000
+
+
+def test_retrain_switches_storage_and_refuses_bad_input(tmp_path) -> None:
+    make_index(tmp_path / "idx")
+    live = LiveIndex(tmp_path / "idx")
     with pytest.raises(UserError, match="--storage must be one of"):
-        retrain(tmp_path / "idx", storage="pq")
-    assert retrain(tmp_path / "idx", nlist=16, storage="sq8", flat_below=100)["index_type"] == "ivf_sq8"
-    assert retrain(tmp_path / "idx", nlist=16, flat_below=100)["index_type"] == "ivf_sq8"  # kept
-    live = LiveIndex(tmp_path / "idx", writable=False)
+        live.retrain(storage="pq")
+    assert live.retrain(nlist=16, storage="sq8", flat_below=100)["index_type"] == "ivf_sq8"
+    assert live.retrain(nlist=16, flat_below=100)["index_type"] == "ivf_sq8"  # kept
     assert isinstance(live.index, faiss.IndexIVFScalarQuantizer) and live.ntotal == 3000
+    live.close()
+    with pytest.raises(UserError, match="read-only"):
+        LiveIndex(tmp_path / "idx", writable=False).retrain()

@@ -161,6 +161,26 @@ def test_documents_search_get_delete(client):
     error(client.get("/documents/d3"), 404, "not_found")
 
 
+def test_index_retrain(make_client):
+    index = FakeIndex()
+    client = make_client(index=index)
+    docs = [{"id": f"d{i}", "text": f"document {i}"} for i in range(40)]
+    for lo in range(0, 40, 8):  # the test settings take 8 items per request
+        assert client.post("/documents", json={"documents": docs[lo : lo + 8]}).status_code == 200
+    r = client.post("/index/retrain", json={"nlist": 4, "storage": "sq8", "flat_below": 10})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["index"] == {"type": "ivf_sq8", "ntotal": 40, "nlist": 1, "nprobe": 1, "dim": 8}
+    assert body["retrained"]["from"] == {"index_type": "flat", "nlist": 0}
+    assert client.get("/info").json()["index"]["type"] == "ivf_sq8"
+    bad = client.post("/index/retrain", json={"storage": "pq"})
+    assert bad.status_code == 422 and bad.json()["type"] == "validation_error"
+    index.busy = True
+    busy = client.post("/index/retrain", json={})
+    assert busy.status_code == 409 and busy.json()["type"] == "conflict"
+    assert "already running" in busy.json()["error"]
+
+
 def test_document_ids_with_slashes(client):
     client.post("/documents", json={"documents": [{"id": "a/b c", "text": "x"}]})
     assert client.get("/documents/a/b c").json()["id"] == "a/b c"

@@ -85,6 +85,10 @@ def test_durable_upsert_survives_restart(tmp_path):
         hits = client.post("/search", json={"query": "a durable cat", "top_k": 3}).json()["results"]
         assert [h["id"] for h in hits] == ["k1"] and hits[0]["score"] == pytest.approx(1.0, abs=1e-5)
         assert client.post("/search", json={"query": "cat", "filter": {"n": 2}}).json()["results"] == []
+        r = client.post("/index/retrain", json={"nlist": 4, "flat_below": 1})  # one document: flat stays
+        assert r.status_code == 200 and r.json()["index"]["type"] == "flat"
+        assert r.json()["retrained"]["from"] == {"index_type": "flat", "nlist": 0}
+        assert client.get("/documents/k1").status_code == 200
 
 
 def test_dim_mismatch_refuses_to_start(tmp_path):
