@@ -30,7 +30,7 @@ from export.runtime import Encoder, verify_bundle
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
 from index.live import INDEX_FILE, STORE_FILE
 from index.store import Document, DocumentStore
-from index.vectors import STORAGES, IndexPlan, add, build_index, plan_index, save_index
+from index.vectors import IndexPlan, add, build_index, check_storage, plan_index, save_index
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +155,7 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
     out = Path(cfg.out)
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to rebuild it)")
-    if cfg.storage not in STORAGES:
-        raise UserError(f"--storage must be one of {', '.join(STORAGES)}, not {cfg.storage!r}")
+    check_storage(cfg.storage)  # before the corpus is read and encoded
     start = time.perf_counter()
     docs, stats, duplicates = read_corpus(spec)  # validate the corpus before loading a model
     corpus_sha = sha256_file(spec.path)

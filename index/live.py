@@ -32,9 +32,9 @@ from distilembed.errors import BusyError, UserError
 from index.store import Document, DocumentStore
 from index.vectors import (
     FLAT_BELOW,
-    STORAGES,
     add,
     build_index,
+    check_storage,
     held_vectors,
     load_index,
     plan_index,
@@ -86,7 +86,7 @@ class LiveIndex:
         except BaseException:
             self._release_writer()
             raise
-        self._pending = self._replay()
+        self._pending = len(self._replay())
         if self._pending:
             log.info("%s: replayed %d logged vector changes", self.dir, self._pending)
 
@@ -94,15 +94,15 @@ class LiveIndex:
     def ntotal(self) -> int:
         return int(self.index.ntotal)
 
-    def _replay(self, index: faiss.Index | None = None) -> int:
-        """Apply the logged changes to ``index`` (default: this one's); returns how many."""
+    def _replay(self, index: faiss.Index | None = None) -> list[tuple[int, int, bytes | None]]:
+        """Apply the logged changes to ``index`` (default: this one's); returns them."""
         index = self.index if index is None else index
         changes = self.store.changes()
         for _, int_id, blob in changes:
             remove(index, [int_id])
             if blob is not None:
                 add(index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
-        return len(changes)
+        return changes
 
     def check_vectors(self, vectors: np.ndarray, rows: int | None = None) -> np.ndarray:
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -210,9 +210,7 @@ class LiveIndex:
         change log and are replayed on the new index before the swap. ``storage`` None keeps the
         current one."""
         self._require_writable()
-        storage = storage or ("sq8" if self.kind.endswith("_sq8") else "float32")
-        if storage not in STORAGES:
-            raise UserError(f"--storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+        storage = check_storage(storage or ("sq8" if self.kind.endswith("_sq8") else "float32"))
         if not self._retraining.acquire(blocking=False):
             raise BusyError(f"{self.dir}: a retrain is already running")
         try:
@@ -226,8 +224,7 @@ class LiveIndex:
             add(fresh, vectors, ids)
             set_nprobe(fresh, self.nprobe)
             with self._lock:
-                changes = self.store.changes()
-                self._replay(fresh)
+                changes = self._replay(fresh)
                 save_index(fresh, self.dir / INDEX_FILE)
                 if changes:
                     self.store.drop_changes(changes[-1][0])

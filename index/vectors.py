@@ -14,6 +14,7 @@ import numpy as np
 from faiss.contrib.inspect_tools import get_invlist
 
 from distilembed.artifacts import FILE_MODE
+from distilembed.errors import UserError
 
 log = logging.getLogger(__name__)
 MIN_POINTS_PER_LIST = 39  # Faiss warns below this many training points per centroid
@@ -34,12 +35,17 @@ class IndexPlan:
         return f"{self.kind}_sq8" if self.storage == "sq8" else self.kind
 
 
+def check_storage(storage: str) -> str:
+    if storage not in STORAGES:
+        raise UserError(f"--storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+    return storage
+
+
 def plan_index(
     n: int, nlist: int = 1024, flat_below: int = FLAT_BELOW, storage: str = "float32"
 ) -> IndexPlan:
     """IVF with the requested nlist if the corpus can train it, else a smaller nlist or flat."""
-    if storage not in STORAGES:
-        raise ValueError(f"storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+    check_storage(storage)
     if n < flat_below:
         return IndexPlan("flat", 0, f"{n} vectors < {flat_below}: exact search, float32")
     fitted = min(nlist, n // MIN_POINTS_PER_LIST)

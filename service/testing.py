@@ -14,6 +14,7 @@ import numpy as np
 from distilembed.errors import BusyError, UserError
 from index.live import Hit
 from index.store import Document
+from index.vectors import plan_index
 
 
 @lru_cache(maxsize=4096)
@@ -127,8 +128,8 @@ class FakeIndex:
         if self.busy:
             raise BusyError("a retrain is already running")
         before = {"index_type": self.kind, "nlist": self.nlist}
-        if self.ntotal >= flat_below:
-            self.kind, self.nlist = ("ivf_sq8" if storage == "sq8" else "ivf"), min(nlist, self.ntotal // 39)
+        plan = plan_index(self.ntotal, nlist, flat_below, storage or "float32")
+        self.kind, self.nlist = plan.index_type, plan.nlist
         self.manifest |= {"index_type": self.kind, "nlist": self.nlist, "retrained": {"from": before}}
         return self.manifest
 

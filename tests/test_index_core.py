@@ -4,6 +4,7 @@ import faiss
 import numpy as np
 import pytest
 
+from distilembed.errors import UserError
 from index.store import Document, DocumentStore
 from index.vectors import add, build_index, load_index, plan_index, remove, save_index, search
 
@@ -62,7 +63,7 @@ def test_sq8_storage_is_4x_smaller_and_keeps_ids_through_save_load_remove(tmp_pa
 
 
 def test_plan_index_refuses_unknown_storage() -> None:
-    with pytest.raises(ValueError, match="float32, sq8"):
+    with pytest.raises(UserError, match="float32, sq8"):
         plan_index(100_000, storage="pq")
     assert plan_index(500, storage="sq8").index_type == "flat"  # exact search stays float32
 
