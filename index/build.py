@@ -10,6 +10,8 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from distilembed.artifacts import (
 from distilembed.errors import UserError
 from export.runtime import Encoder, verify_bundle
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
-from index.live import INDEX_FILE, STORE_FILE
+from index.live import INDEX_FILE, STORE_FILE, writer_lock_held
 from index.store import Document, DocumentStore
 from index.vectors import IndexPlan, add, build_index, check_storage, plan_index, save_index
 
@@ -131,13 +133,27 @@ def _index_manifest(
     }
 
 
+@contextmanager
+def _claim_output(out: Path, overwrite: bool, what: str) -> Iterator[None]:
+    """Refuse an existing OUT without ``overwrite``. With it, hold OUT's writer lock until OUT has
+    been replaced: a service still writing to OUT would later checkpoint its old vectors into the
+    new directory, so while one runs this is a one-line error instead."""
+    if out.exists() and not overwrite:
+        raise UserError(f"output exists: {out} (pass --overwrite to {what})")
+    with writer_lock_held(out) if out.is_dir() else nullcontext():
+        yield
+
+
 def create_empty(cfg: BuildConfig, overwrite: bool = False) -> dict[str, Any]:
     """An empty live index for ``cfg.bundle`` (exact search; documents arrive by upsert). IVF needs
     vectors to train on: ``build`` a large corpus instead, or ``index retrain`` this one once it
     has grown."""
     out = Path(cfg.out)
-    if out.exists() and not overwrite:
-        raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
+    with _claim_output(out, overwrite, "replace it"):
+        return _create_empty(cfg, out, overwrite)
+
+
+def _create_empty(cfg: BuildConfig, out: Path, overwrite: bool) -> dict[str, Any]:
     bundle = verify_bundle(Path(cfg.bundle), [])
     dim = int(bundle["dim"])
     plan = IndexPlan("flat", 0, "created empty: exact search; run 'index retrain' once it is large")
@@ -153,8 +169,11 @@ def create_empty(cfg: BuildConfig, overwrite: bool = False) -> dict[str, Any]:
 
 def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[str, Any]:
     out = Path(cfg.out)
-    if out.exists() and not overwrite:
-        raise UserError(f"output exists: {out} (pass --overwrite to rebuild it)")
+    with _claim_output(out, overwrite, "rebuild it"):
+        return _build(cfg, spec, out, overwrite)
+
+
+def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> dict[str, Any]:
     check_storage(cfg.storage)  # before the corpus is read and encoded
     start = time.perf_counter()
     docs, stats, duplicates = read_corpus(spec)  # validate the corpus before loading a model

@@ -19,7 +19,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -255,6 +256,17 @@ class LiveIndex:
         if self._writer is not None:
             self._writer.close()  # closing the file releases the flock
             self._writer = None
+
+
+@contextmanager
+def writer_lock_held(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s writer lock for a block, e.g. while the directory is replaced, or
+    refuse as a second writer would be refused."""
+    handle = _writer_lock(directory)
+    try:
+        yield
+    finally:
+        handle.close()
 
 
 def _writer_lock(directory: Path) -> IO[str]:

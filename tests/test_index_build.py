@@ -142,6 +142,19 @@ def test_sq8_build_and_unknown_storage(tiny_bundle, tmp_path) -> None:
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 
+def test_overwrite_refused_while_a_writer_holds_the_index(tiny_bundle, tmp_path) -> None:
+    """A service still writing to the old directory would later checkpoint into the new one."""
+    spec = _corpus(tmp_path, n=50)
+    cfg = BuildConfig(bundle=str(tiny_bundle), out=str(tmp_path / "idx"))
+    build(cfg, spec)
+    writer = IndexReader(tmp_path / "idx")  # opened for writing, as the service does
+    with pytest.raises(UserError, match="already open for writing"):
+        build(cfg, spec, overwrite=True)
+    assert writer.get("doc3") is not None and not (tmp_path / "idx.partial").exists()
+    writer.close()
+    assert build(cfg, spec, overwrite=True)["ntotal"] == 50
+
+
 def test_search_cli_and_dim_mismatch(tiny_bundle, tmp_path) -> None:
     spec = _corpus(tmp_path, n=50)
     build(BuildConfig(bundle=str(tiny_bundle), out=str(tmp_path / "idx")), spec)
