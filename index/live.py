@@ -215,28 +215,42 @@ class LiveIndex:
         if not self._retraining.acquire(blocking=False):
             raise BusyError(f"{self.dir}: a retrain is already running")
         try:
-            start = time.perf_counter()
+            start, locked = time.perf_counter(), 0.0
             with self._lock:
+                t = time.perf_counter()
                 self._write_snapshot()  # from here the log holds the changes made during training
-                ids, vectors = held_vectors(self.index)
+                locked += time.perf_counter() - t
+            # Checkpoints wait for this retrain, so the file is this snapshot until the swap below:
+            # read the vectors from a copy of it, without blocking searches and writes.
+            ids, vectors = held_vectors(faiss.read_index(str(self.dir / INDEX_FILE)))
             plan = plan_index(len(ids), nlist, flat_below, storage)
             log.info("retrain %s: %d vectors, %s -> %s", self.dir, len(ids), self.kind, plan)
             fresh = build_index(vectors, plan, seed=seed)
             add(fresh, vectors, ids)
             set_nprobe(fresh, self.nprobe)
             with self._lock:
-                changes = self._replay(fresh)
-                save_index(fresh, self.dir / INDEX_FILE)
-                if changes:
-                    self.store.drop_changes(changes[-1][0])
+                t = time.perf_counter()
+                saved = self._replay(fresh)  # the writes made while it trained
+                locked += time.perf_counter() - t
+            save_index(fresh, self.dir / INDEX_FILE)  # a crash from here on replays the log onto it
+            with self._lock:
+                t = time.perf_counter()
+                self._replay(fresh)  # and those made while it was saved (replay is idempotent)
+                if saved:
+                    self.store.drop_changes(saved[-1][0])  # only what the saved file holds
                 retrained = {"at": now_iso(), "from": {"index_type": self.kind, "nlist": self.nlist}}
-                self.index, self.kind, self.nlist, self._pending = fresh, plan.index_type, plan.nlist, 0
+                self.index, self.kind, self.nlist = fresh, plan.index_type, plan.nlist
+                self._pending = len(self.store.changes())
                 self.manifest = self.manifest | {
                     "index_type": plan.index_type,
                     "nlist": plan.nlist,
                     "plan": plan.reason,
                     "ntotal": self.ntotal,
-                    "retrained": retrained | {"seconds": round(time.perf_counter() - start, 2)},
+                    "retrained": retrained
+                    | {
+                        "seconds": round(time.perf_counter() - start, 2),
+                        "blocking_seconds": round(locked + time.perf_counter() - t, 3),
+                    },
                 }
                 # After the Faiss file: a crash in between leaves the new index under the old
                 # manifest's type/nlist labels (searches still work); a second retrain fixes them.

@@ -96,9 +96,9 @@ def held_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
         finally:
             index.set_direct_map_type(faiss.DirectMap.NoMap)
         return ids, vectors
-    index = faiss.downcast_index(index)
-    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
-    return ids, faiss.downcast_index(index.index).reconstruct_n(0, index.ntotal)
+    mapped = faiss.downcast_index(index)  # a view: ``index`` must stay referenced (it owns the C++ object)
+    ids = faiss.vector_to_array(mapped.id_map).astype(np.int64)
+    return ids, faiss.downcast_index(mapped.index).reconstruct_n(0, mapped.ntotal)
 
 
 def add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, slice_size: int = 65_536) -> None:

@@ -56,12 +56,12 @@ def test_flat_index_grown_by_upserts_becomes_ivf(tmp_path) -> None:
     assert reopened.get("doc7").metadata == {"group": 1}
 
 
-def test_writes_during_training_are_kept(tmp_path, monkeypatch) -> None:
-    """The training step is where searches and writes go on; here it writes, and even asks for a
-    checkpoint after every change, which must wait for the swap."""
+def test_writes_during_training_and_saving_are_kept(tmp_path, monkeypatch) -> None:
+    """Searches and writes go on while the new index trains and while it is saved; here they
+    write, and even ask for a checkpoint after every change, which must wait for the swap."""
     make_index(tmp_path / "idx")
     live = LiveIndex(tmp_path / "idx", checkpoint_every=1)
-    real_build = index.live.build_index
+    real_build, real_save = index.live.build_index, index.live.save_index
 
     def build_while_writing(*args, **kwargs):
         live.upsert([Document("during", "written while the new index trains")], unit(6))
@@ -71,13 +71,27 @@ def test_writes_during_training_are_kept(tmp_path, monkeypatch) -> None:
         assert live.search(unit(6), k=1, nprobe=32)[0][0].id == "during"  # the old index serves
         return real_build(*args, **kwargs)
 
+    def save_while_writing(index_, path):
+        live.upsert([Document("saving", "written while the new index is saved")], unit(7))
+        real_save(index_, path)
+
     monkeypatch.setattr(index.live, "build_index", build_while_writing)
+    monkeypatch.setattr(index.live, "save_index", save_while_writing)
     live.retrain(nlist=16, flat_below=100)
-    assert live.nlist == 16 and live.ntotal == 3000 and live.store.changes() == []
+    assert live.nlist == 16 and live.ntotal == 3001
+    assert [row[0].id for row in live.search(np.vstack([unit(6), unit(7)]), k=1, nprobe=16)] == [
+        "during",
+        "saving",
+    ]
+    assert len(live.store.changes()) == 1  # "saving" is not in the saved file: its log row stays
+    monkeypatch.undo()
     live.close()
     reopened = LiveIndex(tmp_path / "idx", writable=False)
-    assert reopened.search(unit(6), k=1, nprobe=16)[0][0].id == "during"
-    assert reopened.get("doc8") is None and reopened.ntotal == 3000
+    assert [row[0].id for row in reopened.search(np.vstack([unit(6), unit(7)]), k=1, nprobe=16)] == [
+        "during",
+        "saving",
+    ]
+    assert reopened.get("doc8") is None and reopened.ntotal == 3001
 
 
 def test_retrain_switches_storage_and_refuses_bad_input(tmp_path) -> None:
