@@ -141,9 +141,10 @@ def retrain_command(
     storage: Annotated[str | None, Opt(help="float32 | sq8 (default: keep the current one).")] = None,
     flat_below: Annotated[int, Opt(help="Fewer vectors than this: exact search.")] = 10_000,
 ) -> None:
-    """Retrain the IVF on the vectors the index holds (no re-encoding), e.g. after it grew from
-    empty or its documents moved to another domain. A running service does it with
-    POST /index/retrain."""
+    """Retrain the IVF on the vectors the index holds (no re-encoding).
+
+    For an index grown from empty or moved to another domain. In a running service: POST /index/retrain
+    """
     from index.live import LiveIndex
 
     live = LiveIndex(index)
