@@ -1,6 +1,12 @@
 """Retraining a live index: an index grown from empty becomes IVF, same ids and documents, nothing
 re-encoded, and writes made while it trains are kept."""
 
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import faiss
 import numpy as np
 import pytest
@@ -105,3 +111,44 @@ def test_retrain_switches_storage_and_refuses_bad_input(tmp_path) -> None:
     live.close()
     with pytest.raises(UserError, match="read-only"):
         LiveIndex(tmp_path / "idx", writable=False).retrain()
+
+
+@pytest.mark.parametrize("die_in", ["save_index", "atomic_write_json"])
+def test_kill_9_during_retrain_loses_nothing(tmp_path, die_in: str) -> None:
+    """SIGKILL while the new index file is written (the old one stays), or after it replaced the old
+    one but before the manifest was updated (the labels are stale until the next retrain)."""
+    make_index(tmp_path / "idx", flat=True)
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        import faiss
+        import index.live
+        from index.live import LiveIndex
+        from index.store import Document
+        from tests.test_index_live import unit
+        live = LiveIndex({str(tmp_path / "idx")!r})
+        live.upsert([Document("acked", "acknowledged before the retrain")], unit(9))
+        print("acknowledged", flush=True)
+        def die(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+        real = index.live.{die_in}
+        def hooked(*args, **kwargs):
+            if {die_in!r} == "save_index" and isinstance(args[0], faiss.IndexIVF):
+                die()  # the new index, before it replaces the old file (the snapshot went first)
+            if {die_in!r} == "atomic_write_json":
+                die()
+            return real(*args, **kwargs)
+        index.live.{die_in} = hooked
+        live.retrain(nlist=16, flat_below=100)
+        """
+    )
+    root = Path(__file__).parents[1]
+    command = [sys.executable, "-c", script]
+    child = subprocess.run(command, capture_output=True, text=True, cwd=root, check=False)
+    assert child.returncode == -signal.SIGKILL and "acknowledged" in child.stdout, child.stderr
+    live = LiveIndex(tmp_path / "idx")
+    assert live.ntotal == 3001 and live.search(unit(9), k=1, nprobe=16)[0][0].id == "acked"
+    assert isinstance(live.index, faiss.IndexIVF) == (die_in == "atomic_write_json")
+    assert live.kind == "flat"  # the manifest was not rewritten either way
+    assert live.retrain(nlist=16, flat_below=100)["index_type"] == "ivf" and live.kind == "ivf"
+    live.close()
