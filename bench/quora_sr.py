@@ -302,7 +302,7 @@ def main() -> None:
             f"{r['mb']:.1f}",
             f"{r['vs_exact']:.1f}",
         )
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)  # a log file: no truncated columns
     console.print(table)
     console.print(result["acceptance"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
