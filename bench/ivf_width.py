@@ -27,7 +27,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import load_quora_retrieval
-from quora_sr import add_model_args, make_index, raw_search, student_vectors, teacher_vectors
+from quora_sr import add_ivf_args, add_model_args, make_index, raw_search, student_vectors, teacher_vectors
 from timing import interleaved_seconds
 
 
@@ -58,13 +58,10 @@ def main() -> None:
     parser.add_argument(
         "--widths", type=lambda s: [int(x) for x in s.split(",")], default=[32, 64, 128, 256, 384, 768]
     )
-    parser.add_argument("--nlist", type=int, default=1024)
+    add_ivf_args(parser)
     parser.add_argument("--nprobe", type=int, default=5)
-    parser.add_argument("--train-sample", type=int, default=65_536)
     parser.add_argument("--pca-sample", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/ivf_width.json")
     args = parser.parse_args()
     faiss.omp_set_num_threads(args.threads)

@@ -237,6 +237,16 @@ def add_model_args(parser: argparse.ArgumentParser, data_root: str) -> None:
     parser.add_argument("--teacher-batch-size", type=int, default=16, help="16 is fastest for mpnet on CPU")
 
 
+def add_ivf_args(parser: argparse.ArgumentParser) -> None:
+    """IVF shape, threads and seed: shared with bench/ivf_width.py."""
+    parser.add_argument("--nlist", type=int, default=1024)
+    parser.add_argument(
+        "--train-sample", type=int, default=65_536, help="IVF training points (>= 39 x nlist)"
+    )
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--seed", type=int, default=0)
+
+
 def main() -> None:
     data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -247,18 +257,13 @@ def main() -> None:
     parser.add_argument(
         "--distractor-corpus", default=f"{data_root}/unlabeled/enwiki2015_1m_sentences.txt.gz"
     )
-    parser.add_argument("--nlist", type=int, default=1024)
-    parser.add_argument(
-        "--train-sample", type=int, default=65_536, help="IVF training points (>= 39 x nlist)"
-    )
+    add_ivf_args(parser)
     parser.add_argument("--nprobes", type=lambda s: [int(x) for x in s.split(",")], default=[5, 10, 20, 40])
     parser.add_argument(
         "--sq8", action="store_true", help="also time IVF with 8-bit lists (index build --storage sq8)"
     )
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=7, help="timing rounds (median reported)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/quora_sr.json")
     args = parser.parse_args()
     faiss.omp_set_num_threads(args.threads)

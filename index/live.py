@@ -43,6 +43,7 @@ from index.vectors import (
     save_index,
     search,
     set_nprobe,
+    storage_of,
 )
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ class LiveIndex:
         change log and are replayed on the new index before the swap. ``storage`` None keeps the
         current one."""
         self._require_writable()
-        storage = check_storage(storage or ("sq8" if self.kind.endswith("_sq8") else "float32"))
+        storage = check_storage(storage or storage_of(self.index))
         if not self._retraining.acquire(blocking=False):
             raise BusyError(f"{self.dir}: a retrain is already running")
         try:

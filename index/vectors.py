@@ -41,6 +41,11 @@ def check_storage(storage: str) -> str:
     return storage
 
 
+def storage_of(index: faiss.Index) -> str:
+    """How ``index`` holds its vectors: "sq8" for scalar-quantised IVF lists, else "float32"."""
+    return "sq8" if isinstance(index, faiss.IndexIVFScalarQuantizer) else "float32"
+
+
 def plan_index(
     n: int, nlist: int = 1024, flat_below: int = FLAT_BELOW, storage: str = "float32"
 ) -> IndexPlan:

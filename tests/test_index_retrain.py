@@ -18,9 +18,7 @@ from index.live import LiveIndex
 from index.store import Document
 from index.vectors import add, build_index, held_vectors, plan_index
 from tests.test_index_core import clustered
-from tests.test_index_live import make_index, unit
-
-DIM = 16
+from tests.test_index_live import DIM, make_index, unit
 
 
 @pytest.mark.parametrize("storage", ["float32", "sq8"])
