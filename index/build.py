@@ -28,13 +28,18 @@ from distilembed.artifacts import (
     tool_versions,
 )
 from distilembed.errors import UserError
-from export.runtime import Encoder, verify_bundle
+from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, verify_bundle
+from index.assemble import assemble, save_shard, shard_path
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
 from index.live import INDEX_FILE, STORE_FILE, writer_lock_held
+from index.splits import LINES_PER_SPLIT, CorpusPlan, Split, iter_split_documents, plan_corpus
 from index.store import Document, DocumentStore
-from index.vectors import IndexPlan, add, build_index, check_storage, plan_index, save_index
+from index.vectors import IndexPlan, build_index, check_storage, save_index
 
 log = logging.getLogger(__name__)
+
+
+ENGINES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -46,9 +51,13 @@ class BuildConfig:
     nprobe: int = 5
     storage: str = "float32"
     flat_below: int = 10_000
-    shard_size: int = 8192
+    shard_size: int = LINES_PER_SPLIT  # corpus lines per split: encoded in one call, checkpointed
     batch_size: int = 64
-    threads: int | None = None
+    threads: int | None = None  # onnxruntime threads (ray: per actor)
+    engine: str = "local"
+    on_disk: bool = False  # IVF lists in a memory-mapped .ivfdata file
+    ray_address: str | None = None  # None: RAY_ADDRESS, else a local cluster
+    actors: int | None = None  # ray: encoder actors (default: cluster CPUs / threads per actor)
 
 
 def read_corpus(spec: CorpusSpec) -> tuple[list[Document], CorpusStats, int]:
@@ -63,35 +72,25 @@ def read_corpus(spec: CorpusSpec) -> tuple[list[Document], CorpusStats, int]:
     return list(docs.values()), stats, duplicates
 
 
-def _encode_shards(encoder: Encoder, docs: list[Document], work: Path, cfg: BuildConfig) -> tuple[float, int]:
-    """Encode every shard not on disk yet; return the seconds spent encoding in this call and the
-    number of documents it encoded."""
-    shards = work / "shards"
-    shards.mkdir(parents=True, exist_ok=True)
-    n_shards = (len(docs) + cfg.shard_size - 1) // cfg.shard_size
-    done = {i for i in range(n_shards) if (shards / f"{i:06d}.npy").exists()}
-    reused = sum(len(docs[i * cfg.shard_size : (i + 1) * cfg.shard_size]) for i in done)
-    if done:
-        log.info("resuming: %d of %d documents already encoded (%d shards)", reused, len(docs), len(done))
-    bar = tqdm(
-        total=len(docs),
-        initial=reused,
-        desc="encode",
-        unit="doc",
-        dynamic_ncols=True,
-    )
-    seconds = 0.0
-    for i in sorted(set(range(n_shards)) - done):
-        texts = [d.text for d in docs[i * cfg.shard_size : (i + 1) * cfg.shard_size]]
+def _encode_local(
+    cfg: BuildConfig, spec: CorpusSpec, plan: CorpusPlan, todo: list[Split], work: Path
+) -> tuple[float, int]:
+    """Encode the splits in ``todo`` in this process; return (seconds encoding, documents)."""
+    encoder = Encoder(cfg.bundle, variant=cfg.variant, threads=cfg.threads)  # type: ignore[arg-type]
+    wanted = {split.key for split in todo}
+    seconds, encoded = 0.0, 0
+    bar = tqdm(total=plan.lines, initial=plan.lines - sum(s.lines for s in todo), desc="encode", unit="row")
+    for split, docs in iter_split_documents(spec, plan, CorpusStats(quiet=True)):
+        if split.key not in wanted:
+            continue
         start = time.perf_counter()
-        vectors = encoder.encode(texts, batch_size=cfg.batch_size)
+        vectors = encoder.encode([d.text for d in docs], batch_size=cfg.batch_size)
         seconds += time.perf_counter() - start
-        tmp = shards / f".{i:06d}.tmp.npy"
-        np.save(tmp, vectors)
-        tmp.replace(shards / f"{i:06d}.npy")
-        bar.update(len(texts))
+        save_shard(work, split, vectors.reshape(len(docs), encoder.dim))
+        encoded += len(docs)
+        bar.update(split.lines)
     bar.close()
-    return seconds, len(docs) - reused
+    return seconds, encoded
 
 
 def _check_resume(work: Path, identity: dict[str, Any]) -> None:
@@ -175,49 +174,63 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
 
 def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> dict[str, Any]:
     check_storage(cfg.storage)  # before the corpus is read and encoded
+    if cfg.engine not in ENGINES:
+        raise UserError(f"--engine must be one of {', '.join(ENGINES)}, not {cfg.engine!r}")
     start = time.perf_counter()
-    docs, stats, duplicates = read_corpus(spec)  # validate the corpus before loading a model
-    corpus_sha = sha256_file(spec.path)
-    encoder = Encoder(cfg.bundle, variant=cfg.variant, threads=cfg.threads)  # type: ignore[arg-type]
+    plan = plan_corpus(spec, cfg.shard_size)  # validates the corpus before a model is loaded
+    bundle = verify_bundle(Path(cfg.bundle), [MODEL_FILES.get(cfg.variant, cfg.variant), TOKENIZER_FILE])
     bundle_sha = sha256_file(Path(cfg.bundle) / "manifest.json")
     work = out.with_name(out.name + ".partial")
     _check_resume(
         work,
         {
             "bundle_sha256": bundle_sha,
-            "corpus_sha256": corpus_sha,
             "variant": cfg.variant,
-            "shard_size": cfg.shard_size,
             "corpus": asdict(spec) | {"path": str(spec.path)},
+            "splits": plan.identity(),
         },
     )
-    encode_seconds, encoded = _encode_shards(encoder, docs, work, cfg)
-    vectors = np.concatenate([np.load(p) for p in sorted((work / "shards").glob("[0-9]*.npy"))])
-    plan = plan_index(len(docs), cfg.nlist, cfg.flat_below, cfg.storage)
-    log.info("index plan: %s", plan)
+    (work / "shards").mkdir(exist_ok=True)
+    todo = [split for split in plan.splits if not shard_path(work, split).exists()]
+    if len(todo) < len(plan.splits):
+        done = len(plan.splits) - len(todo)
+        log.info("resuming: %d of %d splits already encoded", done, len(plan.splits))
+    if cfg.engine == "ray":
+        from index.ray_build import encode_with_ray
+
+        encode_seconds, encoded = encode_with_ray(cfg, spec, plan, todo, work)
+    else:
+        encode_seconds, encoded = _encode_local(cfg, spec, plan, todo, work)
     with atomic_directory(out, overwrite=overwrite) as tmp:
-        store = DocumentStore(tmp / STORE_FILE)
-        ids, _ = store.upsert(docs)
-        store.close()
-        index = build_index(vectors, plan)
-        add(index, vectors, np.asarray(ids, dtype=np.int64))
-        save_index(index, tmp / INDEX_FILE)
+        made = assemble(
+            spec,
+            plan,
+            work,
+            tmp,
+            dim=int(bundle["dim"]),
+            index_plan=(cfg.nlist, cfg.flat_below, cfg.storage),
+            on_disk=cfg.on_disk,
+            index_file=INDEX_FILE,
+            store_file=STORE_FILE,
+        )
         total = time.perf_counter() - start
         manifest = _index_manifest(
             cfg,
             bundle_sha,
-            dim=int(vectors.shape[1]),
-            plan=plan,
-            ntotal=int(index.ntotal),
+            dim=made.dim,
+            plan=made.plan,
+            ntotal=made.ntotal,
             corpus={
                 "path": str(spec.path),
-                "sha256": corpus_sha,
-                "rows": stats.rows,
-                "skipped": stats.skipped,
-                "skipped_lines": stats.skipped_lines[:100],
-                "duplicates": duplicates,
+                "files": plan.describe(),
+                "rows": made.stats.rows,
+                "skipped": made.stats.skipped,
+                "skipped_lines": made.stats.skipped_lines[:100],
+                "duplicates": made.duplicates,
             },
         ) | {
+            "engine": cfg.engine,
+            "on_disk": made.on_disk,
             "build_seconds": round(total, 2),
             "encode_seconds_this_run": round(encode_seconds, 2),
             "docs_encoded_this_run": encoded,

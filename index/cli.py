@@ -15,10 +15,16 @@ app = typer.Typer(help="Build and query a Faiss index of a corpus.", no_args_is_
 @app.command("build")
 def build_command(
     bundle: Annotated[Path, Opt(help="Exported bundle directory.")],
-    corpus: Annotated[Path, Opt(help="Corpus: .txt, .jsonl, .csv or .tsv (optionally .gz).")],
+    corpus: Annotated[
+        Path,
+        Opt(
+            help="Corpus: a file, a directory or a glob of .txt, .jsonl, .csv, .tsv (optionally .gz) "
+            "or .parquet files."
+        ),
+    ],
     out: Annotated[Path, Opt(help="Index directory to write.")],
-    id_column: Annotated[str, Opt(help="Id column (jsonl/csv/tsv).")] = "id",
-    text_column: Annotated[str, Opt(help="Text column (jsonl/csv/tsv).")] = "text",
+    id_column: Annotated[str, Opt(help="Id column (jsonl/csv/tsv/parquet).")] = "id",
+    text_column: Annotated[str, Opt(help="Text column (jsonl/csv/tsv/parquet).")] = "text",
     metadata_column: Annotated[list[str] | None, Opt(help="Metadata column to keep (repeatable).")] = None,
     variant: Annotated[str, Opt(help="int8 | fp32")] = "int8",
     nlist: Annotated[int, Opt()] = 1024,
@@ -26,7 +32,25 @@ def build_command(
     storage: Annotated[
         str, Opt(help="How IVF lists hold vectors: float32, or sq8 (1 byte per dimension, 4x smaller).")
     ] = "float32",
-    threads: Annotated[int | None, Opt()] = None,
+    on_disk: Annotated[
+        bool, Opt(help="Keep the IVF lists in a memory-mapped file (indexes bigger than RAM).")
+    ] = False,
+    engine: Annotated[
+        str, Opt(help="local (this process) or ray (a Ray cluster; the [ray] extra).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, Opt(envvar="RAY_ADDRESS", help="Ray cluster to use (default: start one on this machine).")
+    ] = None,
+    actors: Annotated[
+        int | None, Opt(help="Ray encoder actors (default: cluster CPUs / --threads).", min=1)
+    ] = None,
+    threads: Annotated[
+        int | None, Opt(help="onnxruntime threads (local: all cores; ray: per actor, default 1).", min=1)
+    ] = None,
+    batch_size: Annotated[int, Opt(help="Texts per model run.", min=1)] = 64,
+    lines_per_split: Annotated[
+        int, Opt(help="Corpus lines per split: the unit encoded in one call and checkpointed.", min=1)
+    ] = 8192,
     overwrite: Annotated[bool, Opt()] = False,
 ) -> None:
     """Embed a corpus with a bundle into a Faiss IVF index with a SQLite document store (resumable)."""
@@ -42,9 +66,15 @@ def build_command(
         nprobe=nprobe,
         storage=storage,
         threads=threads,
+        engine=engine,
+        on_disk=on_disk,
+        ray_address=ray_address,
+        actors=actors,
+        batch_size=batch_size,
+        shard_size=lines_per_split,
     )
     manifest = build(cfg, spec, overwrite=overwrite)
-    keys = ("ntotal", "dim", "index_type", "nlist", "nprobe", "plan", "build_seconds", "docs_per_s")
+    keys = ("ntotal", "dim", "index_type", "nlist", "nprobe", "plan", "engine", "build_seconds", "docs_per_s")
     typer.echo(json.dumps({k: manifest[k] for k in keys} | {"skipped": manifest["corpus"]["skipped"]}))
 
 

@@ -1,152 +1,233 @@
-"""Stream a corpus to index: .txt (one text per line) or .jsonl / .csv / .tsv with id, text and
-optional metadata columns. Bad rows (non-UTF-8 bytes, missing fields) are skipped and counted.
+"""Read a corpus to index: one file, a directory or a glob of files, each .txt (one text per line),
+.jsonl / .csv / .tsv with id, text and optional metadata columns (optionally .gz), or .parquet.
+Bad rows (non-UTF-8 bytes, missing fields) are skipped and counted.
 
 Delimited files are read one physical line per row (so a bad line costs one row and keeps its line
-number); quoted fields must not contain newlines."""
+number); quoted fields must not contain newlines. How a corpus is cut into splits that both build
+engines encode alike is in ``index/splits.py``.
+"""
 
 from __future__ import annotations
 
 import csv
+import glob
 import gzip
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from distilembed.errors import UserError
 from index.store import Document
 
 log = logging.getLogger(__name__)
-FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
+LINE_FORMATS = (".txt", ".jsonl", ".csv", ".tsv")
+FORMATS = (*LINE_FORMATS, ".parquet")
 MAX_WARNINGS = 5
+GLOB_CHARS = frozenset("*?[")
 
 
 @dataclass
 class CorpusStats:
     rows: int = 0
     skipped: int = 0
-    skipped_lines: list[int] = field(default_factory=list)
+    skipped_lines: list[int | str] = field(default_factory=list)
+    quiet: bool = False  # Ray read tasks count skips; the driver's pass over the corpus warns
 
-    def skip(self, path: Path, lineno: int, why: str) -> None:
+    def skip(self, where: str, lineno: int | str, why: str) -> None:
         self.skipped += 1
         if len(self.skipped_lines) < 1000:
             self.skipped_lines.append(lineno)
-        if self.skipped <= MAX_WARNINGS:
-            log.warning("%s:%d: skipped: %s", path, lineno, why)
+        if self.skipped <= MAX_WARNINGS and not self.quiet:
+            log.warning("%s:%s: skipped: %s", where, lineno, why)
+
+    def merge(self, other: CorpusStats) -> None:
+        self.rows += other.rows
+        self.skipped += other.skipped
+        self.skipped_lines.extend(other.skipped_lines[: max(0, 1000 - len(self.skipped_lines))])
+
+
+def format_of(path: Path) -> str:
+    name = path.name.removesuffix(".gz")
+    suffix = Path(name).suffix
+    if suffix not in FORMATS or (suffix == ".parquet" and path.suffix == ".gz"):
+        raise UserError(
+            f"unknown corpus format {suffix or name!r} in {path} "
+            f"(want {', '.join(LINE_FORMATS)}, optionally .gz, or .parquet)"
+        )
+    return suffix
 
 
 @dataclass(frozen=True)
 class CorpusSpec:
+    """``path``: a file, a directory (every corpus file under it, recursively, in name order) or a
+    glob such as ``data/part-*.parquet``."""
+
     path: Path
     id_column: str = "id"
     text_column: str = "text"
     metadata_columns: tuple[str, ...] = ()
 
+    def files(self) -> list[Path]:
+        """The corpus files in the order their rows are read (sorted by path)."""
+        text = str(self.path)
+        if self.path.is_dir():
+            found = sorted(p for p in self.path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            files = [p for p in found if _known(p)]
+        elif GLOB_CHARS & set(text):
+            matches = glob.glob(text, recursive=True)  # noqa: PTH207 (absolute and relative patterns alike)
+            files = sorted(Path(p) for p in matches if Path(p).is_file())
+        elif self.path.is_file():
+            files = [self.path]
+        else:
+            raise UserError(f"corpus not found: {self.path}")
+        if not files:
+            raise UserError(f"no corpus files ({', '.join(FORMATS)}) in {self.path}")
+        for path in files:
+            format_of(path)  # refuse an unknown format before anything is read
+        return files
+
+    def root(self) -> Path:
+        """What row ids of .txt files in a multi-file corpus are relative to."""
+        if self.path.is_dir():
+            return self.path
+        parts = self.path.parts
+        magic = next((i for i, part in enumerate(parts) if GLOB_CHARS & set(part)), len(parts))
+        return Path(*parts[:magic]) if magic else Path()
+
     @property
-    def format(self) -> str:
-        name = self.path.name.removesuffix(".gz")
-        suffix = Path(name).suffix
-        if suffix not in FORMATS:
-            raise UserError(
-                f"unknown corpus format {suffix or name!r} (want {', '.join(FORMATS)}, optionally .gz)"
-            )
-        return suffix
+    def columns(self) -> tuple[str, ...]:
+        return (self.id_column, self.text_column, *self.metadata_columns)
 
 
-def _binary(path: Path) -> IO[bytes]:
+def _known(path: Path) -> bool:
+    try:
+        format_of(path)
+    except UserError:
+        return False
+    return True
+
+
+def open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def _decoded_lines(spec: CorpusSpec, stats: CorpusStats) -> Iterator[tuple[int, str]]:
+def decoded(
+    raw: Iterable[bytes], first_line: int, where: str, stats: CorpusStats
+) -> Iterator[tuple[int, str]]:
     """(line number, text) for every line that is valid UTF-8; the others are skipped."""
-    with _binary(spec.path) as handle:
-        for lineno, raw in enumerate(handle, 1):
-            try:
-                yield lineno, raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError:
-                stats.skip(spec.path, lineno, "invalid UTF-8")
+    for lineno, line in enumerate(raw, first_line):
+        try:
+            yield lineno, line.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError:
+            stats.skip(where, lineno, "invalid UTF-8")
 
 
-def _from_mapping(
-    spec: CorpusSpec, row: dict[str, object], lineno: int, stats: CorpusStats
+def check_columns(spec: CorpusSpec, header: list[str], where: str) -> None:
+    missing = [c for c in spec.columns if c not in header]
+    if missing:
+        raise UserError(f"{where}: no column {', '.join(map(repr, missing))} (header: {', '.join(header)})")
+
+
+def from_mapping(
+    spec: CorpusSpec, row: dict[str, Any], lineno: int, where: str, stats: CorpusStats
 ) -> Document | None:
     doc_id, text = row.get(spec.id_column), row.get(spec.text_column)
     if doc_id is None or text is None or not str(text).strip() or not str(doc_id).strip():
-        stats.skip(spec.path, lineno, f"missing {spec.id_column!r} or {spec.text_column!r}")
+        stats.skip(where, lineno, f"missing {spec.id_column!r} or {spec.text_column!r}")
         return None
     metadata = {c: row[c] for c in spec.metadata_columns if c in row}
+    stats.rows += 1
     return Document(str(doc_id), str(text), metadata)
 
 
-def _check_columns(spec: CorpusSpec, header: list[str]) -> None:
-    missing = [c for c in (spec.id_column, spec.text_column, *spec.metadata_columns) if c not in header]
-    if missing:
-        raise UserError(
-            f"{spec.path}: no column {', '.join(map(repr, missing))} (header: {', '.join(header)})"
-        )
-
-
-def iter_documents(spec: CorpusSpec, stats: CorpusStats | None = None) -> Iterator[Document]:
-    """Documents in file order; .txt lines get ids ``line-<n>`` (1-based, stable across rebuilds)."""
-    stats = stats if stats is not None else CorpusStats()
-    fmt = spec.format
-    if not spec.path.is_file():
-        raise UserError(f"corpus not found: {spec.path}")
-    lines = _decoded_lines(spec, stats)
+def parse_lines(
+    spec: CorpusSpec,
+    fmt: str,
+    lines: Iterator[tuple[int, str]],
+    stats: CorpusStats,
+    *,
+    where: str,
+    header: list[str] | None = None,
+    id_prefix: str = "",
+) -> Iterator[Document]:
+    """Documents from decoded lines of one line-format file. ``header``: a delimited file's
+    columns (its first line is then not among ``lines``); .txt lines get ids
+    ``<id_prefix>line-<n>`` (1-based, stable across rebuilds)."""
     if fmt == ".txt":
         for lineno, text in lines:
             if text.strip():
                 stats.rows += 1
-                yield Document(f"line-{lineno}", text.strip())
+                yield Document(f"{id_prefix}line-{lineno}", text.strip())
     elif fmt == ".jsonl":
-        yield from _jsonl(spec, lines, stats)
+        for lineno, text in lines:
+            row = _json_object(text, lineno, where, stats) if text.strip() else None
+            if row is not None and (doc := from_mapping(spec, row, lineno, where, stats)):
+                yield doc
     else:
-        yield from _delimited(spec, lines, stats, "\t" if fmt == ".tsv" else ",")
-    if stats.skipped > MAX_WARNINGS:
-        log.warning(
-            "%s: %d rows skipped in all (lines %s...)", spec.path, stats.skipped, stats.skipped_lines[:10]
-        )
+        yield from _delimited(spec, fmt, lines, stats, where, header)
 
 
-def _jsonl(spec: CorpusSpec, lines: Iterator[tuple[int, str]], stats: CorpusStats) -> Iterator[Document]:
-    checked = False
-    for lineno, text in lines:
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as exc:
-            stats.skip(spec.path, lineno, f"invalid JSON ({exc.msg})")
-            continue
-        if not isinstance(row, dict):
-            stats.skip(spec.path, lineno, "not a JSON object")
-            continue
-        if not checked:
-            _check_columns(spec, list(row))
-            checked = True
-        if doc := _from_mapping(spec, row, lineno, stats):
-            stats.rows += 1
-            yield doc
+def _json_object(text: str, lineno: int, where: str, stats: CorpusStats) -> dict[str, Any] | None:
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        stats.skip(where, lineno, f"invalid JSON ({exc.msg})")
+        return None
+    if not isinstance(row, dict):
+        stats.skip(where, lineno, "not a JSON object")
+        return None
+    return row
 
 
-def _delimited(
-    spec: CorpusSpec, lines: Iterator[tuple[int, str]], stats: CorpusStats, delimiter: str
+def first_json_columns(path: Path) -> list[str] | None:
+    """The keys of a .jsonl file's first JSON object (None if it has none)."""
+    quiet = CorpusStats(quiet=True)
+    with open_binary(path) as handle:
+        for lineno, text in decoded(handle, 1, str(path), quiet):
+            if text.strip() and (row := _json_object(text, lineno, str(path), quiet)) is not None:
+                return list(row)
+    return None
+
+
+def split_fields(text: str, fmt: str) -> list[str]:
+    return next(csv.reader(io.StringIO(text), delimiter="\t" if fmt == ".tsv" else ","), [])
+
+
+def _delimited(  # noqa: PLR0917
+    spec: CorpusSpec,
+    fmt: str,
+    lines: Iterator[tuple[int, str]],
+    stats: CorpusStats,
+    where: str,
+    header: list[str] | None,
 ) -> Iterator[Document]:
-    header: list[str] | None = None
     for lineno, text in lines:
-        fields = next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
+        fields = split_fields(text, fmt)
         if header is None:
             header = fields
-            _check_columns(spec, header)
+            check_columns(spec, header, where)
             continue
         if not fields:
             continue
         if len(fields) != len(header):
-            stats.skip(spec.path, lineno, f"{len(fields)} fields, header has {len(header)}")
+            stats.skip(where, lineno, f"{len(fields)} fields, header has {len(header)}")
             continue
-        if doc := _from_mapping(spec, dict(zip(header, fields, strict=True)), lineno, stats):
-            stats.rows += 1
+        if doc := from_mapping(spec, dict(zip(header, fields, strict=True)), lineno, where, stats):
             yield doc
+
+
+def iter_documents(spec: CorpusSpec, stats: CorpusStats | None = None) -> Iterator[Document]:
+    """Every document of the corpus in file order (split by split, as ``index build`` reads it)."""
+    from index.splits import iter_split_documents, plan_corpus
+
+    stats = stats if stats is not None else CorpusStats()
+    for _, docs in iter_split_documents(spec, plan_corpus(spec), stats):
+        yield from docs
+    if stats.skipped > MAX_WARNINGS:
+        log.warning(
+            "%s: %d rows skipped in all (lines %s...)", spec.path, stats.skipped, stats.skipped_lines[:10]
+        )

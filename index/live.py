@@ -9,11 +9,13 @@ steps only replays changes that are already in the snapshot.
 
 One process writes a directory at a time (an flock on ``.writer.lock``). Two writers would each
 checkpoint a snapshot without the other's vectors and drop the other's log rows with their own,
-losing acknowledged writes. Readers (``writable=False``) take no lock and refuse writes.
+losing acknowledged writes. Readers (``writable=False``) take no lock and refuse writes; ``refresh``
+brings one up to date with what the writer has committed since (see its docstring).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -48,6 +50,8 @@ from index.vectors import (
 
 log = logging.getLogger(__name__)
 INDEX_FILE, STORE_FILE, LOCK_FILE = "vectors.faiss", "docs.sqlite", ".writer.lock"
+Change = tuple[int, int, bytes | None]  # a change-log row: seq, int id, float32 vector (None: delete)
+Snapshot = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size of the snapshot file
 
 
 @dataclass(frozen=True)
@@ -81,14 +85,16 @@ class LiveIndex:
         self.checkpoint_every = checkpoint_every
         self._lock = threading.RLock()
         self._retraining = threading.Lock()
+        self._refreshing = threading.Lock()
         self._writer: IO[str] | None = _writer_lock(self.dir) if writable else None
         try:
-            self.index = load_index(self.dir / INDEX_FILE, self.nprobe)
             self.store = DocumentStore(self.dir / STORE_FILE)
+            self.index, self._snapshot, changes = self._load_consistent()
         except BaseException:
             self._release_writer()
             raise
-        self._pending = len(self._replay())
+        self._applied = changes[-1][0] if changes else 0  # the last log seq this index holds
+        self._pending = len(changes)
         if self._pending:
             log.info("%s: replayed %d logged vector changes", self.dir, self._pending)
 
@@ -96,15 +102,60 @@ class LiveIndex:
     def ntotal(self) -> int:
         return int(self.index.ntotal)
 
-    def _replay(self, index: faiss.Index | None = None) -> list[tuple[int, int, bytes | None]]:
+    def _replay(self, index: faiss.Index | None = None) -> list[Change]:
         """Apply the logged changes to ``index`` (default: this one's); returns them."""
         index = self.index if index is None else index
         changes = self.store.changes()
-        for _, int_id, blob in changes:
-            remove(index, [int_id])
-            if blob is not None:
-                add(index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
+        _apply(index, changes)
         return changes
+
+    def _changes_after(self, seq: int) -> list[Change]:
+        with self._lock:  # the store's connection is shared with searches
+            return self.store.db.execute(
+                "SELECT seq, int_id, vector FROM changes WHERE seq > ? ORDER BY seq", (seq,)
+            ).fetchall()
+
+    def _load_consistent(self) -> tuple[faiss.Index, Snapshot, list[Change]]:
+        """The snapshot file with the whole change log applied, and the file's identity.
+
+        Only a reader can race here: a checkpoint renames its new file into place and then drops
+        the rows it covers. The log read counts only if the file read is still in place after it,
+        since then no newer checkpoint dropped rows the file lacks."""
+        while True:
+            index, snapshot = _read_snapshot(self.dir / INDEX_FILE, self.nprobe)
+            changes = self._changes_after(0)
+            if _snapshot_of(self.dir / INDEX_FILE) == snapshot:
+                _apply(index, changes)
+                return index, snapshot, changes
+
+    def refresh(self) -> int:
+        """Bring a read-only index up to what its writer has committed; returns the changes applied.
+
+        Log rows past the last one applied are replayed; when a checkpoint or a retrain replaced
+        the snapshot file (its inode, mtime or size changed) the new file is loaded, outside the
+        lock so searches go on, and the whole remaining log replayed on it (idempotent). Documents
+        (text, metadata) come from SQLite and are always current; only vectors can lag. A writer's
+        in-memory index is always current: nothing to do."""
+        if self.writable:
+            return 0
+        with self._refreshing:
+            if _snapshot_of(self.dir / INDEX_FILE) == self._snapshot:
+                changes = self._changes_after(self._applied)
+                # Rows after the last applied are only dropped after a new file is renamed in.
+                if _snapshot_of(self.dir / INDEX_FILE) == self._snapshot:
+                    with self._lock:
+                        _apply(self.index, changes)
+                        self._applied = changes[-1][0] if changes else self._applied
+                    return len(changes)
+            index, snapshot, changes = self._load_consistent()
+            with contextlib.suppress(OSError, ValueError):
+                self.manifest = read_manifest(self.dir)
+            with self._lock:
+                self.index, self._snapshot = index, snapshot
+                self.kind, self.nlist = _describe(index)
+                # Sequence numbers only grow (AUTOINCREMENT), so an empty log keeps the last seen.
+                self._applied = max(self._applied, changes[-1][0]) if changes else self._applied
+            return len(changes)
 
     def check_vectors(self, vectors: np.ndarray, rows: int | None = None) -> np.ndarray:
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -271,6 +322,35 @@ class LiveIndex:
         if self._writer is not None:
             self._writer.close()  # closing the file releases the flock
             self._writer = None
+
+
+def _apply(index: faiss.Index, changes: Sequence[Change]) -> None:
+    for _, int_id, blob in changes:
+        remove(index, [int_id])
+        if blob is not None:
+            add(index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
+
+
+def _snapshot_of(path: Path) -> Snapshot:
+    """Identity of the snapshot file: a checkpoint renames a new file into place (a new inode)."""
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _read_snapshot(path: Path, nprobe: int) -> tuple[faiss.Index, Snapshot]:
+    """Load the file and its identity, retrying if it was replaced while it was read."""
+    while True:
+        before = _snapshot_of(path)
+        index = load_index(path, nprobe)
+        if _snapshot_of(path) == before:
+            return index, before
+
+
+def _describe(index: faiss.Index) -> tuple[str, int]:
+    """(index type as the manifest names it, nlist) of a loaded index."""
+    if isinstance(index, faiss.IndexIVF):
+        return ("ivf_sq8" if storage_of(index) == "sq8" else "ivf"), int(index.nlist)
+    return "flat", 0
 
 
 @contextmanager

@@ -41,6 +41,15 @@ def check_storage(storage: str) -> str:
     return storage
 
 
+def on_disk(index: faiss.Index) -> bool:
+    """Whether an IVF index's lists live in a memory-mapped file (read-only here)."""
+    try:
+        lists = faiss.extract_index_ivf(index).invlists
+    except RuntimeError:
+        return False
+    return isinstance(faiss.downcast_InvertedLists(lists), faiss.OnDiskInvertedLists)
+
+
 def storage_of(index: faiss.Index) -> str:
     """How ``index`` holds its vectors: "sq8" for scalar-quantised IVF lists, else "float32"."""
     return "sq8" if isinstance(index, faiss.IndexIVFScalarQuantizer) else "float32"
@@ -153,6 +162,8 @@ def save_index(index: faiss.Index, path: Path) -> None:
 
 
 def load_index(path: Path, nprobe: int) -> faiss.Index:
-    index = faiss.read_index(str(path))
+    """Read an index; IVF lists kept on disk (``index build --on-disk``) are memory-mapped from the
+    ``.ivfdata`` file beside it, whatever directory it was built in."""
+    index = faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
     set_nprobe(index, nprobe)
     return index

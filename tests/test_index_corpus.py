@@ -54,7 +54,8 @@ def test_tsv_and_csv(tmp_path) -> None:
     ("name", "content", "message"),
     [
         ("missing.txt", None, "corpus not found"),
-        ("c.parquet", b"PAR1", "unknown corpus format"),
+        ("c.parquet", b"PAR1", "not a readable Parquet file"),
+        ("c.xml", b"<a/>", "unknown corpus format"),
         ("c.tsv", b"key\tbody\n1\thi\n", "no column 'id', 'text'"),
         ("c.jsonl", b'{"id": "1", "body": "x"}\n', "no column 'text'"),
     ],

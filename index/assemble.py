@@ -1,0 +1,185 @@
+"""Assemble an index directory from encoded shards: the document store, an IVF trained on a sample,
+and its inverted lists filled shard by shard (in memory, or on disk with Faiss's ``merge_ondisk``).
+Both build engines end here, so their indexes are the same for the same shards.
+
+Duplicate ids: the last occurrence's text and vector win, the first occurrence's position (its
+int id) is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+from faiss.contrib.ondisk import merge_ondisk
+from tqdm.auto import tqdm
+
+from distilembed.errors import UserError
+from index.corpus import CorpusSpec, CorpusStats
+from index.splits import CorpusPlan, Split, iter_split_documents
+from index.store import DocumentStore
+from index.vectors import IndexPlan, add, build_index, plan_index, save_index
+
+log = logging.getLogger(__name__)
+IVFDATA_FILE = "vectors.ivfdata"
+BLOCK_ROWS = 1 << 20  # vectors per temporary IVF block of an on-disk build (~0.5 GB at 128-d)
+
+
+@dataclass
+class Assembled:
+    ntotal: int
+    dim: int
+    plan: IndexPlan
+    stats: CorpusStats
+    duplicates: int
+    on_disk: bool
+
+
+def shard_path(work: Path, split: Split) -> Path:
+    return work / "shards" / f"{split.key}.npy"
+
+
+def save_shard(work: Path, split: Split, vectors: np.ndarray) -> None:
+    path = shard_path(work, split)
+    tmp = path.with_name(f".{path.name}.tmp.npy")
+    np.save(tmp, np.ascontiguousarray(vectors, dtype=np.float32))
+    tmp.replace(path)
+
+
+def _load(work: Path, split: Split) -> np.ndarray:
+    return np.load(shard_path(work, split), mmap_mode="r")
+
+
+def _store_documents(
+    spec: CorpusSpec, plan: CorpusPlan, work: Path, store: DocumentStore, stats: CorpusStats
+) -> tuple[list[np.ndarray], set[int]]:
+    """Write every document to the store; return each split's int ids (row order) and the ids
+    that occur more than once."""
+    ids_per_split, repeated = [], set()
+    with tqdm(total=plan.lines, desc="store", unit="row", dynamic_ncols=True) as bar:
+        for split, docs in iter_split_documents(spec, plan, stats):
+            held = _load(work, split).shape[0]
+            if held != len(docs):
+                raise UserError(
+                    f"shard {split.key} holds {held} vectors for {len(docs)} documents: the corpus "
+                    f"changed under the build; delete {work} and build again"
+                )
+            ids, replaced = store.upsert(docs) if docs else ([], [])
+            arr = np.asarray(ids, dtype=np.int64)
+            unique, counts = np.unique(arr, return_counts=True)
+            repeated.update(replaced, unique[counts > 1].tolist())
+            ids_per_split.append(arr)
+            bar.update(split.lines)
+    return ids_per_split, repeated
+
+
+def _live_masks(ids_per_split: list[np.ndarray], repeated: set[int]) -> list[np.ndarray]:
+    """Per split, which rows hold the last occurrence of their id (the others are superseded)."""
+    masks = [np.ones(len(ids), dtype=bool) for ids in ids_per_split]
+    if not repeated:
+        return masks
+    pending, remaining = np.fromiter(repeated, dtype=np.int64), set(repeated)
+    for ids, mask in zip(reversed(ids_per_split), reversed(masks), strict=True):
+        for row in np.flatnonzero(np.isin(ids, pending))[::-1]:
+            if int(ids[row]) in remaining:
+                remaining.discard(int(ids[row]))  # met first from the end: the last occurrence
+            else:
+                mask[row] = False
+    return masks
+
+
+def _training_sample(work: Path, plan: CorpusPlan, sizes: list[int], size: int, seed: int) -> np.ndarray:
+    """Vectors at ``size`` random rows of all shards (read through memory maps)."""
+    total = sum(sizes)
+    rows = np.sort(np.random.default_rng(seed).choice(total, size=min(size, total), replace=False))
+    starts = np.cumsum([0, *sizes])
+    parts = []
+    for i, split in enumerate(plan.splits):
+        lo, hi = np.searchsorted(rows, [starts[i], starts[i + 1]])
+        if hi > lo:
+            parts.append(np.asarray(_load(work, split)[rows[lo:hi] - starts[i]]))
+    return np.concatenate(parts)
+
+
+def assemble(
+    spec: CorpusSpec,
+    plan: CorpusPlan,
+    work: Path,
+    out: Path,
+    *,
+    dim: int,
+    index_plan: tuple[int, int, str],
+    on_disk: bool,
+    index_file: str,
+    store_file: str,
+) -> Assembled:
+    """Write the store and the Faiss index for ``plan``'s shards into the directory ``out``.
+    ``index_plan``: (nlist, flat_below, storage) for ``plan_index``."""
+    stats = CorpusStats()
+    store = DocumentStore(out / store_file)
+    try:
+        ids_per_split, repeated = _store_documents(spec, plan, work, store, stats)
+        ntotal = store.count()
+    finally:
+        store.close()
+    if ntotal == 0:
+        raise UserError(f"corpus has no usable rows: {spec.path} ({stats.skipped} skipped)")
+    duplicates = sum(len(ids) for ids in ids_per_split) - ntotal
+    if duplicates:
+        log.warning("%s: %d duplicate ids, the last occurrence of each kept", spec.path, duplicates)
+    masks = _live_masks(ids_per_split, repeated)
+    nlist, flat_below, storage = index_plan
+    plan_ = plan_index(ntotal, nlist, flat_below, storage)
+    if on_disk and plan_.kind != "ivf":
+        raise UserError(f"--on-disk needs an IVF index, and {ntotal} vectors plan {plan_.reason}")
+    log.info("index plan: %s", plan_)
+    sizes = [len(ids) for ids in ids_per_split]
+    train_rows = 64 * plan_.nlist if plan_.kind == "ivf" else 0
+    sample = _training_sample(work, plan, sizes, train_rows, seed=0) if train_rows else np.zeros((0, dim))
+    index = build_index(sample.astype(np.float32), plan_, train_size=len(sample))
+    batches = (
+        (split, ids[mask], _load(work, split)[mask])
+        for split, ids, mask in zip(plan.splits, ids_per_split, masks, strict=True)
+    )
+    if on_disk:
+        _fill_on_disk(index, batches, work, out / index_file, ntotal)
+    else:
+        with tqdm(total=ntotal, desc="index", unit="vec", dynamic_ncols=True) as bar:
+            for _, ids, vectors in batches:
+                add(index, vectors, ids)
+                bar.update(len(ids))
+        save_index(index, out / index_file)
+    return Assembled(ntotal, dim, plan_, stats, duplicates, on_disk)
+
+
+def _fill_on_disk(index: faiss.Index, batches: object, work: Path, path: Path, ntotal: int) -> None:
+    """Faiss's recipe for indexes bigger than RAM: fill copies of the trained IVF block by block,
+    write each, then merge their lists into one ``.ivfdata`` file that is memory-mapped at load."""
+    blocks_dir = work / "blocks"
+    blocks_dir.mkdir(exist_ok=True)
+    names: list[str] = []
+    block, held = faiss.clone_index(index), 0
+
+    def flush() -> None:
+        nonlocal block, held
+        name = str(blocks_dir / f"{len(names):05d}.index")
+        faiss.write_index(block, name)
+        names.append(name)
+        block, held = faiss.clone_index(index), 0
+
+    with tqdm(total=ntotal, desc="index", unit="vec", dynamic_ncols=True) as bar:
+        for _, ids, vectors in batches:  # type: ignore[attr-defined]
+            add(block, vectors, ids)
+            held += len(ids)
+            bar.update(len(ids))
+            if held >= BLOCK_ROWS:
+                flush()
+    if held:
+        flush()
+    merge_ondisk(index, names, str(path.parent / IVFDATA_FILE))
+    save_index(index, path)  # refers to the .ivfdata by name: read with IO_FLAG_ONDISK_SAME_DIR
+    for name in names:
+        Path(name).unlink()

@@ -1,0 +1,247 @@
+"""Cut a corpus into splits: runs of at most ``lines_per_split`` consecutive lines (Parquet: rows)
+of one file. A split is the unit both build engines encode in one call and checkpoint as one shard,
+so a split's vectors are the same whichever engine or worker encoded it (dynamic int8 scales
+activations per call, so a text's vector depends on the texts encoded with it).
+
+Planning reads each file once: its sha256 and, for line formats, the byte offset where every split
+begins, so a Ray read task can seek straight to its split. A gzip file cannot be seeked: the local
+engine streams it, the Ray engine reads a decompressed copy (``stage_decompressed``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distilembed.artifacts import sha256_file
+from distilembed.errors import UserError
+from index.corpus import (
+    CorpusSpec,
+    CorpusStats,
+    check_columns,
+    decoded,
+    first_json_columns,
+    format_of,
+    from_mapping,
+    open_binary,
+    parse_lines,
+    split_fields,
+)
+from index.store import Document
+
+LINES_PER_SPLIT = 8192
+CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class CorpusFile:
+    path: str
+    format: str
+    sha256: str
+    lines: int  # physical lines (Parquet: rows), header included
+    first: int  # first data line: 2 under a delimited file's header, else 1
+    header: list[str] | None = None
+    id_prefix: str = ""  # .txt ids in a multi-file corpus: "<relative path>:line-<n>"
+
+
+@dataclass(frozen=True)
+class Split:
+    file: int
+    first_line: int
+    lines: int
+    offset: int  # byte offset of first_line in the (decompressed) file; -1 for Parquet
+
+    @property
+    def key(self) -> str:
+        return f"{self.file:05d}-{self.first_line:012d}"
+
+
+@dataclass(frozen=True)
+class CorpusPlan:
+    files: tuple[CorpusFile, ...]
+    splits: tuple[Split, ...]
+    lines_per_split: int
+
+    @property
+    def lines(self) -> int:
+        return sum(s.lines for s in self.splits)
+
+    def identity(self) -> dict[str, Any]:
+        """What a resumed build must share with the one it resumes."""
+        return {
+            "files": [{"path": f.path, "sha256": f.sha256} for f in self.files],
+            "lines_per_split": self.lines_per_split,
+        }
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [asdict(f) for f in self.files]
+
+
+def plan_corpus(spec: CorpusSpec, lines_per_split: int = LINES_PER_SPLIT) -> CorpusPlan:
+    if lines_per_split < 1:
+        raise UserError(f"lines per split must be >= 1, not {lines_per_split}")
+    paths = spec.files()
+    root = spec.root()
+    files, splits = [], []
+    for index, path in enumerate(paths):
+        prefix = "" if len(paths) == 1 else f"{_relative(path, root)}:"
+        info, offsets = _scan(spec, path, lines_per_split, prefix)
+        files.append(info)
+        for first in range(info.first, info.lines + 1, lines_per_split):
+            count = min(lines_per_split, info.lines - first + 1)
+            splits.append(Split(index, first, count, offsets.get(first, -1)))
+    return CorpusPlan(tuple(files), tuple(splits), lines_per_split)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _scan(spec: CorpusSpec, path: Path, step: int, prefix: str) -> tuple[CorpusFile, dict[int, int]]:
+    fmt = format_of(path)
+    if fmt == ".parquet":
+        parquet = _parquet_file(path)
+        check_columns(spec, parquet.schema_arrow.names, str(path))
+        return CorpusFile(str(path), fmt, sha256_file(path), parquet.metadata.num_rows, 1), {}
+    header = None
+    if fmt in (".csv", ".tsv"):
+        with open_binary(path) as handle:
+            first_line = handle.readline()
+        if first_line:
+            try:
+                header = split_fields(first_line.decode("utf-8").rstrip("\r\n"), fmt)
+            except UnicodeDecodeError:
+                raise UserError(f"{path}: the header line is not UTF-8") from None
+            check_columns(spec, header, str(path))
+    elif fmt == ".jsonl" and (columns := first_json_columns(path)) is not None:
+        check_columns(spec, columns, str(path))
+    first = 2 if header is not None else 1
+    lines, offsets = _line_offsets(path, first, step)
+    return CorpusFile(str(path), fmt, sha256_file(path), lines, first, header, prefix), offsets
+
+
+def _line_offsets(path: Path, first: int, step: int) -> tuple[int, dict[int, int]]:
+    """(number of lines, {line number: byte offset}) for lines first, first + step, ..."""
+    offsets = {1: 0} if first == 1 else {}
+    target = first if first > 1 else first + step
+    pos = newlines = 0
+    last = 10
+    with open_binary(path) as handle:
+        while chunk := handle.read(CHUNK):
+            at = np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10)
+            # line L begins one byte after newline number L - 1
+            while target - 1 <= newlines + len(at):
+                offsets[target] = pos + int(at[target - 2 - newlines]) + 1
+                target += step
+            newlines += len(at)
+            pos += len(chunk)
+            last = chunk[-1]
+    return newlines + (last != 10), offsets
+
+
+def _parquet_file(path: Path) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UserError("reading Parquet needs pyarrow: pip install 'distilembed[ray]'") from None
+    try:
+        return pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...
+        raise UserError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def _parquet_rows(spec: CorpusSpec, info: CorpusFile, split: Split, stats: CorpusStats) -> Iterator[Document]:
+    parquet = _parquet_file(Path(info.path))
+    names = [c for c in spec.columns if c in parquet.schema_arrow.names]
+    start, stop = split.first_line - 1, split.first_line - 1 + split.lines
+    groups, group_start, base = [], 0, 0
+    for group in range(parquet.metadata.num_row_groups):
+        rows = parquet.metadata.row_group(group).num_rows
+        if group_start < stop and group_start + rows > start:
+            base = base if groups else group_start
+            groups.append(group)
+        group_start += rows
+    if not groups:
+        return
+    table = parquet.read_row_groups(groups, columns=names).slice(start - base, split.lines)
+    for i, row in enumerate(table.to_pylist()):
+        if doc := from_mapping(spec, row, split.first_line + i, info.path, stats):
+            yield doc
+
+
+def read_split(
+    spec: CorpusSpec, plan: CorpusPlan, split: Split, stats: CorpusStats, source: Path | None = None
+) -> list[Document]:
+    """The documents of one split, read by seeking to it. ``source``: a decompressed copy of a
+    gzip file (without one, a gzip file is decompressed from its start)."""
+    info = plan.files[split.file]
+    if info.format == ".parquet":
+        return list(_parquet_rows(spec, info, split, stats))
+    path = source or Path(info.path)
+    seekable = source is not None or not info.path.endswith(".gz")
+    with open(path, "rb") if seekable else gzip.open(path, "rb") as handle:
+        if seekable:
+            handle.seek(split.offset)
+            raw = list(islice(handle, split.lines))
+        else:
+            raw = list(islice(handle, split.first_line - 1, split.first_line - 1 + split.lines))
+        return _parse(spec, info, split.first_line, raw, stats)
+
+
+def _parse(
+    spec: CorpusSpec, info: CorpusFile, first_line: int, raw: list[bytes], stats: CorpusStats
+) -> list[Document]:
+    lines = decoded(raw, first_line, info.path, stats)
+    return list(
+        parse_lines(
+            spec, info.format, lines, stats, where=info.path, header=info.header, id_prefix=info.id_prefix
+        )
+    )
+
+
+def iter_split_documents(
+    spec: CorpusSpec, plan: CorpusPlan, stats: CorpusStats | None = None
+) -> Iterator[tuple[Split, list[Document]]]:
+    """Every split's documents in plan order, reading each file once from its start."""
+    stats = stats if stats is not None else CorpusStats()
+    by_file: dict[int, list[Split]] = {}
+    for split in plan.splits:
+        by_file.setdefault(split.file, []).append(split)
+    for index, info in enumerate(plan.files):
+        if info.format == ".parquet":
+            for split in by_file.get(index, []):
+                yield split, list(_parquet_rows(spec, info, split, stats))
+            continue
+        with open_binary(Path(info.path)) as handle:
+            for _ in islice(handle, info.first - 1):  # the header
+                pass
+            for split in by_file.get(index, []):
+                yield split, _parse(spec, info, split.first_line, list(islice(handle, split.lines)), stats)
+
+
+def stage_decompressed(plan: CorpusPlan, directory: Path) -> dict[int, Path]:
+    """A decompressed copy of every gzip file of the plan, for read tasks that seek (kept across
+    a resumed build; written to a temp name and renamed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    staged = {}
+    for index, info in enumerate(plan.files):
+        if info.format == ".parquet" or not info.path.endswith(".gz"):
+            continue
+        dest = directory / f"{index:05d}-{info.sha256[:16]}{info.format}"
+        if not dest.exists():
+            tmp = dest.with_name(f".{dest.name}.tmp")
+            with gzip.open(info.path, "rb") as src, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out, CHUNK)
+            tmp.replace(dest)
+        staged[index] = dest
+    return staged
