@@ -21,7 +21,7 @@ from distilembed.errors import UserError
 from index.corpus import CorpusSpec, CorpusStats
 from index.splits import CorpusPlan, Split, iter_split_documents
 from index.store import DocumentStore
-from index.vectors import IndexPlan, add, build_index, plan_index, save_index
+from index.vectors import IndexPlan, add, build_index, c_stdout_to_stderr, plan_index, save_index
 
 log = logging.getLogger(__name__)
 IVFDATA_FILE = "vectors.ivfdata"
@@ -179,7 +179,8 @@ def _fill_on_disk(index: faiss.Index, batches: object, work: Path, path: Path, n
                 flush()
     if held:
         flush()
-    merge_ondisk(index, names, str(path.parent / IVFDATA_FILE))
+    with c_stdout_to_stderr():
+        merge_ondisk(index, names, str(path.parent / IVFDATA_FILE))
     save_index(index, path)  # refers to the .ivfdata by name: read with IO_FLAG_ONDISK_SAME_DIR
     for name in names:
         Path(name).unlink()

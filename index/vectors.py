@@ -3,9 +3,13 @@ int64 ids, nprobe applied at load and per query (Faiss saves nprobe as 1)."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,9 +165,26 @@ def save_index(index: faiss.Index, path: Path) -> None:
         raise
 
 
+@contextmanager
+def c_stdout_to_stderr() -> Iterator[None]:
+    """Send what Faiss's C++ code prints to stdout (on-disk lists report their file moves and
+    sizes with printf) to stderr, keeping stdout for the CLI's own output."""
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def load_index(path: Path, nprobe: int) -> faiss.Index:
     """Read an index; IVF lists kept on disk (``index build --on-disk``) are memory-mapped from the
     ``.ivfdata`` file beside it, whatever directory it was built in."""
-    index = faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
+    with c_stdout_to_stderr():
+        index = faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
     set_nprobe(index, nprobe)
     return index
