@@ -186,6 +186,23 @@ def retrain_command(
     typer.echo(json.dumps({k: manifest[k] for k in keys}))
 
 
+@app.command("shard")
+def shard_command(
+    index: Annotated[Path, Opt(help="Index directory to cut into shards (left as it is).")],
+    shards: Annotated[int, Opt(help="Number of shards (>= 2).")],
+    out: Annotated[Path, Opt(help="Directory to write the shards into.")],
+    overwrite: Annotated[bool, Opt()] = False,
+) -> None:
+    """Cut an index into N shards by crc32(id) % N, each searched by its own replica (read-only).
+
+    Serve the directory as any index: searches ask every shard and merge their top-k.
+    """
+    from index.shards import shard_index
+
+    manifest = shard_index(index, shards, out, overwrite=overwrite)
+    typer.echo(json.dumps({k: manifest[k] for k in ("count", "ntotal", "shards")}))
+
+
 @app.command("info")
 def info_command(index: Annotated[Path, typer.Argument(help="Index directory.")]) -> None:
     """Print an index's manifest."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,3 +146,16 @@ class DocumentStore:
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
+
+    def copy_documents_from(self, source: Path, keep: Callable[[str], bool]) -> int:
+        """Copy the documents of another store whose external id ``keep`` accepts, int ids kept
+        (one transaction); returns how many."""
+        self.db.create_function("keep_id", 1, lambda ext: int(keep(ext)), deterministic=True)
+        self.db.execute("ATTACH DATABASE ? AS source", (str(source),))
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            cur = self.db.execute("INSERT INTO docs SELECT * FROM source.docs WHERE keep_id(ext_id)")
+            self.db.execute("COMMIT")
+        finally:
+            self.db.execute("DETACH DATABASE source")
+        return int(cur.rowcount)

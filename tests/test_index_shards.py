@@ -1,0 +1,66 @@
+"""index shard: N shard directories whose merged top-k equals the whole index's."""
+
+import numpy as np
+import pytest
+
+from distilembed.errors import BusyError, UserError
+from index.build import BuildConfig, build
+from index.corpus import CorpusSpec
+from index.live import Hit, LiveIndex
+from index.shards import is_sharded, merge_hits, open_sharded, shard_index, shard_of
+from index.vectors import held_vectors
+from tests.tiny_models import tiny_sentences
+
+
+@pytest.fixture(scope="module")
+def whole(tiny_bundle, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("shards")
+    corpus = folder / "c.jsonl"
+    texts = tiny_sentences(2000, seed=9)
+    corpus.write_text(
+        "".join(f'{{"id": "t{i}", "text": "{t}", "n": {i % 4}}}\n' for i, t in enumerate(texts))
+    )
+    cfg = BuildConfig(bundle=str(tiny_bundle), out=str(folder / "idx"), nlist=8, nprobe=3, flat_below=100)
+    build(cfg, CorpusSpec(corpus, metadata_columns=("n",)))
+    return folder / "idx"
+
+
+def test_merge_hits_keeps_the_k_best_of_all_shards() -> None:
+    a = [[Hit("a1", 0.9, "", {}), Hit("a2", 0.5, "", {})]]
+    b = [[Hit("b1", 0.7, "", {}), Hit("b2", 0.6, "", {})]]
+    assert [h.id for h in merge_hits([a, b], 3)[0]] == ["a1", "b1", "b2"]
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_sharded_search_equals_the_whole_index(whole, tmp_path, count) -> None:
+    manifest = shard_index(whole, count, tmp_path / "sharded")
+    assert is_sharded(tmp_path / "sharded") and manifest["ntotal"] == 2000
+    reference = LiveIndex(whole, writable=False)
+    sharded = open_sharded(tmp_path / "sharded")
+    sizes = [LiveIndex(tmp_path / "sharded" / name, writable=False).ntotal for name in manifest["shards"]]
+    assert sum(sizes) == 2000 and min(sizes) > 0
+    _, vectors = held_vectors(reference.index)
+    queries = vectors[::40] + np.float32(0.01)
+    for where in (None, {"n": "1"}):
+        expected = [
+            [(h.id, round(h.score, 5)) for h in row] for row in reference.search(queries, 10, where=where)
+        ]
+        got = [[(h.id, round(h.score, 5)) for h in row] for row in sharded.search(queries, 10, where=where)]
+        assert got == expected
+    assert sharded.get("t17").text == reference.get("t17").text
+    assert shard_of("t17", count) == next(
+        i
+        for i, n in enumerate(manifest["shards"])
+        if LiveIndex(tmp_path / "sharded" / n, writable=False).get("t17")
+    )
+    with pytest.raises(BusyError, match="read-only"):
+        sharded.upsert([], np.zeros((0, 8), np.float32))
+    sharded.close()
+
+
+def test_shard_refuses_bad_counts_and_existing_output(whole, tmp_path) -> None:
+    with pytest.raises(UserError, match="at least 2"):
+        shard_index(whole, 1, tmp_path / "x")
+    (tmp_path / "x").mkdir()
+    with pytest.raises(UserError, match="output exists"):
+        shard_index(whole, 2, tmp_path / "x")
