@@ -1,9 +1,11 @@
 # distilembed serving image: FastAPI + onnxruntime + tokenizers + faiss-cpu, no torch.
 #   docker build -t distilembed .                      (or: podman build -t distilembed .)
 #   docker run --rm -p 8080:8080 distilembed           answers as soon as it is up: models/default is inside
+#   docker build --build-arg EXTRAS=ray -t distilembed-ray .   adds Ray (the compose "ray" profile), still no torch
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
+ARG EXTRAS=serve
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -12,8 +14,8 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # Dependencies first (a layer that survives code edits), then the project itself.
 COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-open('/tmp/requirements.txt', 'w').write('\n'.join(deps['dependencies'] + deps['optional-dependencies']['serve']))" \
+COPY scripts/requirements.py /tmp/
+RUN python /tmp/requirements.py "$EXTRAS" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 COPY distilembed ./distilembed
 COPY export ./export
