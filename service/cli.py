@@ -1,4 +1,5 @@
-"""``distilembed serve``: uvicorn, one worker, graceful shutdown. Flags override ``DISTILEMBED_*``."""
+"""``distilembed serve``: uvicorn, one worker, graceful shutdown; or ``--engine ray``: the same app on
+Ray Serve (service/ray_serve.py). Flags override ``DISTILEMBED_*``."""
 
 from __future__ import annotations
 
@@ -40,9 +41,23 @@ def serve_command(
     nprobe: Annotated[int | None, Opt(help="Default IVF nprobe (env DISTILEMBED_NPROBE).")] = None,
     log_level: Annotated[str | None, Opt(help="critical|error|warning|info|debug.")] = None,
     access_log: Annotated[bool | None, Opt("--access-log/--no-access-log", help="Log every request.")] = None,
+    engine: Annotated[
+        str | None, Opt(help="local (uvicorn here) | ray (Ray Serve) (env DISTILEMBED_ENGINE).")
+    ] = None,
+    replicas: Annotated[
+        int | None, Opt(help="Ray: API replicas (env DISTILEMBED_REPLICAS; default 1).")
+    ] = None,
+    autoscale_max: Annotated[
+        int | None, Opt(help="Ray: autoscale from --replicas up to this many on requests in flight.")
+    ] = None,
+    replica_cpus: Annotated[
+        float | None, Opt(help="Ray: CPUs per replica, its default --threads (default 1).")
+    ] = None,
+    ray_address: Annotated[
+        str | None, Opt(help="Ray: cluster address (env RAY_ADDRESS); unset: a local cluster.")
+    ] = None,
 ) -> None:
-    """Serve embed / similarity / search over HTTP (FastAPI + uvicorn, no torch)."""
-    from service.server import run
+    """Serve embed / similarity / search over HTTP (FastAPI + uvicorn, no torch; or Ray Serve)."""
     from service.settings import Settings
 
     flags: dict[str, Any] = {
@@ -62,9 +77,32 @@ def serve_command(
         "nprobe": nprobe,
         "log_level": log_level,
         "access_log": access_log,
+        "engine": engine,
+        "replicas": replicas,
+        "autoscale_max": autoscale_max,
+        "replica_cpus": replica_cpus,
+        "ray_address": ray_address,
     }
     settings = _settings(Settings, {k: v for k, v in flags.items() if v is not None})
+    if settings.engine == "ray":
+        _ray_engine().run(settings)
+        return
+    from service.server import run
+
     run(settings)
+
+
+def _ray_engine() -> Any:
+    """service.ray_serve, or one line saying how to install Ray."""
+    from distilembed.errors import UserError
+
+    try:
+        import service.ray_serve
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != "ray":
+            raise
+        raise UserError("--engine ray needs Ray Serve: pip install 'distilembed[ray]'") from None
+    return service.ray_serve
 
 
 def _settings(cls: Any, overrides: dict[str, Any]) -> Any:

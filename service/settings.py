@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -48,6 +48,34 @@ class Settings(BaseSettings):
     shutdown_timeout_s: float = Field(10.0, ge=0, description="Graceful shutdown: time to drain requests.")
     warmup: bool = True
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    # --engine ray (service/ray_serve.py): the same app on Ray Serve.
+    engine: Literal["local", "ray"] = Field("local", description="local: uvicorn here; ray: Ray Serve.")
+    ray_address: str | None = Field(
+        None,
+        validation_alias=AliasChoices("DISTILEMBED_RAY_ADDRESS", "RAY_ADDRESS", "ray_address"),
+        description="Ray cluster to deploy on (env RAY_ADDRESS too); unset: start a local one.",
+    )
+    replicas: int = Field(1, ge=1, description="Ray: API replicas (encoder + read-only index each).")
+    autoscale_max: int | None = Field(
+        None, ge=1, description="Ray: autoscale between `replicas` and this many on queue length."
+    )
+    target_ongoing_requests: float = Field(
+        2.0, gt=0, description="Ray autoscaling: requests in flight per replica to aim for."
+    )
+    replica_cpus: float = Field(
+        1.0, gt=0, description="Ray: CPUs each API replica reserves (and its default `threads`)."
+    )
+    refresh_ms: float = Field(
+        250.0, ge=0, description="Ray: how often search replicas apply the writer's changes (0: never)."
+    )
+    ray_haproxy: bool = Field(
+        True,
+        description="Ray: HAProxy ingress straight to the replicas' HTTP servers "
+        "(RAY_SERVE_ENABLE_HA_PROXY) on a cluster started here; false: Ray's Python proxy.",
+    )
+    refresh_on_search: bool = Field(
+        True, description="Ray: apply the writer's committed changes before each search (read-your-writes)."
+    )
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -61,7 +89,9 @@ class Settings(BaseSettings):
     def _empty_key_is_none(cls, value: object) -> object:
         return None if value == "" else value
 
-    @field_validator("index_dir", "threads", "nprobe", "model_name", mode="before")
+    @field_validator(
+        "index_dir", "threads", "nprobe", "model_name", "ray_address", "autoscale_max", mode="before"
+    )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         """An empty env var (``DISTILEMBED_INDEX_DIR=`` in compose) means unset."""
@@ -73,6 +103,8 @@ class Settings(BaseSettings):
             raise ValueError(f"max_items ({self.max_items}) must not exceed max_queue ({self.max_queue})")
         if self.default_top_k > self.max_top_k:
             raise ValueError(f"default_top_k ({self.default_top_k}) exceeds max_top_k ({self.max_top_k})")
+        if self.autoscale_max is not None and self.autoscale_max < self.replicas:
+            raise ValueError(f"autoscale_max ({self.autoscale_max}) is below replicas ({self.replicas})")
         return self
 
     @property

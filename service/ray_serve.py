@@ -1,0 +1,242 @@
+"""``distilembed serve --engine ray``: the same FastAPI app (``service.app.create_app``) on Ray Serve.
+
+Two deployments:
+
+* ``Api``, the ingress: ``replicas`` copies (or autoscaled on requests in flight), each with its
+  own encoder and micro-batcher and a read-only copy of the index (``ReplicaIndex``): embeddings,
+  searches and document lookups are answered where they arrive.
+* ``IndexWriter``: one replica that holds the index open for writing. Upserts (embedded on the
+  ``Api`` replica that took them), deletes and retrains are forwarded to it through a
+  ``DeploymentHandle``; its answers come back as values and raise the same errors as in a local
+  service. The ``Api`` replicas pick its changes up from the index directory (``LiveIndex.refresh``),
+  so every replica and the writer must see that directory on one machine's filesystem.
+
+For ``serve run``/``serve deploy`` the import path is ``service.ray_serve:app_builder``, which takes
+the settings as args (strings, as in a Serve config file). Imports Ray: load it only for that engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from distilembed.artifacts import read_manifest
+from distilembed.errors import UserError
+from service.app import bundle_sha256, create_app, load_encoder, load_index
+from service.batcher import EncoderLike
+from service.replica_index import Outcome, ReplicaIndex, run_write
+from service.settings import Settings
+
+log = logging.getLogger("distilembed.service")
+APP_NAME = "distilembed"
+WRITER_TIMEOUT_S = 600.0  # a retrain of a large index takes minutes; a lost writer must not hang a request
+
+
+@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
+class IndexWriter:
+    """The one process that writes the index directory (it holds the writer lock)."""
+
+    def __init__(self, settings: Settings) -> None:
+        dim = int(read_manifest(settings.bundle)["dim"])
+        index = load_index(settings, dim, bundle_sha256(settings.bundle))  # creates it if asked to
+        if index is None:
+            raise UserError("IndexWriter needs settings.index_dir")
+        self.index = index
+
+    def ready(self) -> bool:
+        return True
+
+    async def write(self, method: str, args: tuple[Any, ...]) -> Outcome:
+        # In a thread: a retrain runs for seconds while upserts and deletes go on (LiveIndex's locks).
+        return await asyncio.to_thread(run_write, self.index, method, args)
+
+    def __del__(self) -> None:
+        index = getattr(self, "index", None)
+        if index is not None:
+            index.close()  # checkpoints
+
+
+@serve.deployment
+@serve.ingress()
+class Api:
+    """One API replica: encoder, batcher and a read-only index copy, served by ``create_app``."""
+
+    async def __init__(self, settings: Settings, writer: DeploymentHandle | None = None) -> None:
+        self.settings = settings
+        self.encoder: EncoderLike = await asyncio.to_thread(load_encoder, settings)
+        self.index: ReplicaIndex | None = None
+        if writer is not None:
+            await writer.ready.remote()  # it has created the index if it was asked to
+            self.index = await asyncio.to_thread(self._open_index, writer)
+
+    def _open_index(self, writer: DeploymentHandle) -> ReplicaIndex:
+        from index.live import open_for_bundle
+
+        s = self.settings
+        assert s.index_dir is not None
+        local = open_for_bundle(
+            s.index_dir, self.encoder.dim, bundle_sha256(s.bundle), nprobe=s.nprobe, writable=False
+        )
+
+        def write(method: str, args: tuple[Any, ...]) -> Outcome:
+            # Called from the route's thread pool, never the replica's event loop.
+            return writer.write.remote(method, args).result(timeout_s=WRITER_TIMEOUT_S)
+
+        return ReplicaIndex(local, write, s.refresh_ms, s.refresh_on_search)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self.settings, encoder=self.encoder, index=self.index)
+
+
+def replica_settings(settings: Settings) -> Settings:
+    """Paths made absolute (replicas need not share the driver's working directory) and the
+    onnxruntime threads defaulting to the CPUs a replica reserves, not every core of its node."""
+    threads = settings.threads if settings.threads else max(1, round(settings.replica_cpus))
+    index_dir = settings.index_dir.resolve() if settings.index_dir is not None else None
+    return settings.model_copy(
+        update={"bundle": settings.bundle.resolve(), "index_dir": index_dir, "threads": threads}
+    )
+
+
+def api_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "ray_actor_options": {"num_cpus": settings.replica_cpus},
+        "max_ongoing_requests": settings.max_concurrency,
+        "graceful_shutdown_timeout_s": settings.shutdown_timeout_s,
+    }
+    if settings.autoscale_max is not None:
+        options["autoscaling_config"] = {
+            "min_replicas": settings.replicas,
+            "initial_replicas": settings.replicas,
+            "max_replicas": settings.autoscale_max,
+            "target_ongoing_requests": settings.target_ongoing_requests,
+        }
+    else:
+        options["num_replicas"] = settings.replicas
+    return options
+
+
+def build_app(settings: Settings) -> serve.Application:
+    """The Serve application: ``Api`` replicas and, with an index, the ``IndexWriter``."""
+    settings = replica_settings(settings)
+    writer = None
+    if settings.index_dir is not None:
+        writer = IndexWriter.options(graceful_shutdown_timeout_s=settings.shutdown_timeout_s).bind(settings)
+    return Api.options(**api_options(settings)).bind(settings, writer)
+
+
+def app_builder(args: dict[str, Any]) -> serve.Application:
+    """``serve run service.ray_serve:app_builder bundle=models/default index_dir=runs/index replicas=2``;
+    args are settings (unset ones come from ``DISTILEMBED_*`` variables, then the defaults)."""
+    from service.cli import _settings
+
+    return build_app(_settings(Settings, dict(args)))
+
+
+def check_locally(settings: Settings) -> None:
+    """Fail in one line before any replica starts: the bundle loads and the index opens (read-only)."""
+    encoder = load_encoder(settings)
+    if settings.index_dir is None:
+        return
+    if not Path(settings.index_dir).is_dir():
+        if not settings.create_index:
+            load_index(settings, encoder.dim, None)  # raises the local service's message
+        return
+    from index.live import open_for_bundle
+
+    open_for_bundle(
+        settings.index_dir, encoder.dim, bundle_sha256(settings.bundle), settings.nprobe, writable=False
+    ).close(checkpoint=False)
+
+
+def local_cluster_env(settings: Settings) -> dict[str, str]:
+    """Environment for a cluster started here (its processes read it when they start)."""
+    if not settings.ray_haproxy:
+        return {}
+    # Requests go HAProxy -> the replica's own HTTP server, not through Ray's Python proxy (which
+    # cost 3x the latency of a local service here). A stopped replica then keeps answering for a
+    # draining period so load balancers can drop it: 30 s by default, 1 s is plenty on one node.
+    return {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+
+
+def start(settings: Settings, **init: Any) -> None:
+    """Connect to ``settings.ray_address``, or start a local cluster (``init``: more ``ray.init``
+    arguments, e.g. ``num_cpus``), then start Serve's HTTP ingress on host:port."""
+    import os
+
+    import ray
+
+    if settings.ray_address is not None:
+        ray.init(address=settings.ray_address, logging_level=logging.WARNING, **init)
+    else:
+        # The cluster's processes inherit this process's environment when ray.init starts them.
+        added = {k: v for k, v in local_cluster_env(settings).items() if k not in os.environ}
+        os.environ.update(added)
+        try:
+            ray.init(address="local", logging_level=logging.WARNING, **{"include_dashboard": False} | init)
+        finally:
+            for name in added:
+                del os.environ[name]
+    serve.start(
+        http_options={"host": settings.host, "port": settings.port}, logging_config=_logging(settings)
+    )
+
+
+def _logging(settings: Settings) -> dict[str, Any]:
+    return {"log_level": settings.log_level.upper(), "enable_access_log": settings.access_log}
+
+
+def deploy(settings: Settings) -> DeploymentHandle:
+    """Deploy (or update) the application on the connected cluster; returns once it is running."""
+    try:
+        return serve.run(
+            build_app(settings), name=APP_NAME, route_prefix="/", logging_config=_logging(settings)
+        )
+    except RuntimeError as exc:
+        raise UserError(f"the Ray Serve application did not start: {exc}") from exc
+
+
+def stop(settings: Settings) -> None:
+    """Remove the application; on a cluster started here, stop Serve and the cluster too."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    if settings.ray_address is not None:  # the cluster, and other Serve apps on it, stay up
+        serve.delete(APP_NAME)
+    else:
+        serve.shutdown()
+    ray.shutdown()
+
+
+def run(settings: Settings) -> None:
+    """``distilembed serve --engine ray``: deploy, then serve until SIGINT/SIGTERM."""
+    if settings.ray_address is None:  # the paths are this machine's: check them before starting
+        check_locally(settings)
+    stop_event = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop_event.set())
+    try:
+        start(settings)
+        deploy(settings)
+        log.info(
+            "Ray Serve: %s on http://%s:%d, %d replica(s)%s",
+            APP_NAME,
+            settings.host,
+            settings.port,
+            settings.replicas,
+            f", autoscaling up to {settings.autoscale_max}" if settings.autoscale_max else "",
+        )
+        while not stop_event.wait(1.0):  # bounded waits keep the main thread answering signals
+            pass
+        log.info("stopping")
+    finally:
+        stop(settings)

@@ -1,0 +1,141 @@
+"""The index as one of several API replicas sees it (``--engine ray``): searches and lookups on a
+local read-only ``LiveIndex``, writes forwarded to the one writer, whose changes the local copy
+picks up with ``LiveIndex.refresh``. Imports no Ray: the writer is any ``WriteCall``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from distilembed.errors import BusyError, UserError
+
+if TYPE_CHECKING:
+    from index.live import Hit, LiveIndex
+    from index.store import Document
+
+log = logging.getLogger("distilembed.service")
+WRITES = frozenset({"upsert", "delete", "retrain", "checkpoint"})
+# A write's result crosses the process boundary as a value: ("ok", result), or ("busy" | "user",
+# message) for the errors the API maps to 409 and 422; anything else is a bug and raises.
+Outcome = tuple[str, Any]
+WriteCall = Callable[[str, tuple[Any, ...]], Outcome]
+
+
+def run_write(index: Any, method: str, args: tuple[Any, ...]) -> Outcome:
+    """Writer side: call ``index.<method>(*args)`` and turn its user-facing errors into values."""
+    if method not in WRITES:
+        raise ValueError(f"not a write: {method!r}")
+    try:
+        return "ok", getattr(index, method)(*args)
+    except BusyError as exc:
+        return "busy", str(exc)
+    except UserError as exc:
+        return "user", str(exc)
+
+
+def unwrap(outcome: Outcome) -> Any:
+    """Reader side: the result, or the same exception type and message the writer raised."""
+    kind, value = outcome
+    if kind == "busy":
+        raise BusyError(value)
+    if kind == "user":
+        raise UserError(value)
+    return value
+
+
+class ReplicaIndex:
+    """``IndexLike`` over a read-only local index and a writer elsewhere.
+
+    Every search first applies the changes the writer has committed (``refresh_on_search``), so
+    a search sees every write acknowledged before it began, whichever replica took that write; a
+    background thread refreshes every ``refresh_ms`` too, which keeps that step short (and is
+    how /info and get-then-search stay fresh with ``refresh_on_search`` off).
+    """
+
+    def __init__(
+        self, local: LiveIndex, write: WriteCall, refresh_ms: float = 250.0, refresh_on_search: bool = True
+    ) -> None:
+        self.local, self._write, self.refresh_on_search = local, write, refresh_on_search
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if refresh_ms > 0:
+            self._thread = threading.Thread(
+                target=self._refresh_every, args=(refresh_ms / 1000,), name="index-refresh", daemon=True
+            )
+            self._thread.start()
+
+    def _refresh_every(self, seconds: float) -> None:
+        while not self._stop.wait(seconds):
+            try:
+                self.local.refresh()
+            except Exception:  # a bad moment must not end the loop; the next tick retries
+                log.exception("refreshing %s failed", self.local.dir)
+
+    # -- what the routes read: the local copy
+    @property
+    def dim(self) -> int:
+        return self.local.dim
+
+    @property
+    def nprobe(self) -> int:
+        return self.local.nprobe
+
+    @property
+    def kind(self) -> str:
+        return self.local.kind
+
+    @property
+    def nlist(self) -> int:
+        return self.local.nlist
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.local.manifest
+
+    @property
+    def ntotal(self) -> int:
+        return self.local.ntotal
+
+    def search(
+        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+    ) -> list[list[Hit]]:
+        if self.refresh_on_search:
+            self.local.refresh()
+        return self.local.search(queries, k, nprobe, where)
+
+    def get(self, ext_id: str) -> Document | None:
+        return self.local.get(ext_id)  # SQLite: current without a refresh
+
+    # -- writes: to the writer; then this replica catches up, so it reads its own writes
+    def _forwarded(self, method: str, *args: Any) -> Any:
+        result = unwrap(self._write(method, args))
+        self.local.refresh()
+        return result
+
+    def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]:
+        vectors = self.local.check_vectors(vectors, rows=len(docs))  # refused here, not after a hop
+        added, replaced = self._forwarded("upsert", list(docs), vectors)
+        return int(added), int(replaced)
+
+    def delete(self, ext_ids: Sequence[str]) -> list[str]:
+        return list(self._forwarded("delete", list(ext_ids)))
+
+    def checkpoint(self) -> None:
+        self._forwarded("checkpoint")
+
+    def retrain(
+        self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
+    ) -> dict[str, Any]:
+        return self._forwarded("retrain", nlist, storage, flat_below, seed)
+
+    def close(self) -> None:
+        """Stop refreshing and close the local copy (the writer checkpoints, not a replica)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.local.close(checkpoint=False)

@@ -1,0 +1,398 @@
+"""The service on Ray Serve (``serve --engine ray``).
+
+One local Ray cluster for the module (2 CPUs, a capped object store) runs the app with 2 API
+replicas and the index writer, over HTTP on 127.0.0.1; the shared API cases run against it and
+against the local app (TestClient) on ``models/default`` and a real index. The forwarding of
+writes (``ReplicaIndex``) and the missing-Ray message are tested without Ray.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from distilembed.errors import BusyError, UserError
+from index.live import LiveIndex
+from index.store import Document
+from service.app import create_app
+from service.replica_index import ReplicaIndex, run_write, unwrap
+from service.settings import Settings
+from service.testing import FakeEncoder
+from tests.test_service_e2e import _live_index_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "models" / "default"
+LIMITS: dict[str, Any] = {
+    "bundle": BUNDLE,
+    "threads": 1,
+    "max_items": 8,
+    "max_chars": 100,
+    "max_payload_bytes": 4096,
+    "max_top_k": 20,
+    "create_index": True,
+    "ray_address": None,  # never a cluster from the environment
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in Settings.model_fields:
+        monkeypatch.delenv(f"DISTILEMBED_{name.upper()}", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+def _needs_bundle() -> None:
+    if not (BUNDLE / "manifest.json").is_file():
+        pytest.skip("models/default bundle not present")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ray_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app on a local Ray cluster: 2 API replicas (half a CPU each) and the writer."""
+    pytest.importorskip("ray")
+    _needs_bundle()
+    from service import ray_serve
+
+    saved = os.environ.pop("RAY_ADDRESS", None)
+    port = _free_port()
+    index_dir = tmp_path_factory.mktemp("ray") / "index"
+    settings = Settings(**LIMITS, index_dir=index_dir, port=port, replicas=2, replica_cpus=0.5)
+    try:
+        ray_serve.start(settings, num_cpus=2, object_store_memory=100 * 2**20)
+        ray_serve.deploy(settings)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while not _ready(base):
+            assert time.monotonic() < deadline, "the Ray Serve app never answered /ready"
+            time.sleep(0.1)  # polling a condition with a deadline
+        yield base
+    finally:
+        ray_serve.stop(settings)
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
+
+
+def _ready(base: str) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"{base}/ready", timeout=5).status_code == 200
+    return False
+
+
+@pytest.fixture(scope="module")
+def local_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    _needs_bundle()
+    index_dir = tmp_path_factory.mktemp("local") / "index"
+    with TestClient(create_app(Settings(**LIMITS, index_dir=index_dir)), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture(params=["local", "ray"])
+def api(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
+    """The same client interface on both engines."""
+    if request.param == "local":
+        yield request.getfixturevalue("local_client")
+        return
+    with httpx.Client(base_url=request.getfixturevalue("ray_base"), timeout=60) as client:
+        yield client
+
+
+def error(response: httpx.Response, status: int, kind: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "type", "took_ms"}, body
+    if kind is not None:
+        assert body["type"] == kind
+    return body
+
+
+# ---- the shared API cases: both engines
+
+
+def test_embedding_routes(api):
+    texts = ["A man is playing a guitar.", "Someone plays an instrument."]
+    r = api.post("/v1/embeddings", json={"input": texts, "model": "whatever"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    vectors = np.array([d["embedding"] for d in body["data"]])
+    assert vectors.shape == (2, 128) and body["model"] == "default"
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 2
+    assert float(r.headers["x-took-ms"]) >= 0
+    # alone, not beside texts[1]: int8 activations are quantised per batch
+    one = np.array(api.post("/v1/embeddings", json={"input": texts[0]}).json()["data"][0]["embedding"])
+    r = api.post("/v1/embeddings", json={"input": texts[0], "encoding_format": "base64", "dimensions": 4})
+    raw = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(raw, one[:4] / np.linalg.norm(one[:4]), atol=1e-5)
+    assert np.array(api.post("/embed", json={"inputs": texts}).json()).shape == (2, 128)
+    scores = api.post(
+        "/similarity", json={"inputs": {"source_sentence": texts[0], "sentences": [texts[0], "It rains."]}}
+    ).json()
+    assert scores[0] == pytest.approx(1.0, abs=1e-4) and scores[1] < scores[0]
+
+
+def test_documents_search_get_delete(api, request):
+    p = f"docs-{request.node.callspec.id}-"  # ids of their own: the module shares one index
+    docs = [
+        {"id": p + "cat", "text": "A cat is sleeping on the sofa.", "metadata": {"t": p, "lang": "en"}},
+        {"id": p + "stock", "text": "The stock market fell sharply.", "metadata": {"t": p, "lang": "en"}},
+        {"id": p + "chat", "text": "Le chat dort sur le canapé.", "metadata": {"t": p, "lang": "fr"}},
+    ]
+    r = api.post("/documents", json={"documents": docs})
+    assert r.status_code == 200 and (r.json()["added"], r.json()["replaced"]) == (3, 0), r.text
+    edited = docs[1] | {"text": "Heavy rain is expected this weekend."}
+    assert api.post("/documents", json={"documents": [edited]}).json()["replaced"] == 1
+
+    hits = api.post("/search", json={"query": edited["text"], "top_k": 20, "filter": {"t": p}}).json()
+    assert hits["results"][0]["id"] == p + "stock"
+    assert hits["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+    french = api.post("/search", json={"query": "cat", "filter": {"t": p, "lang": "fr"}, "with_text": False})
+    assert [h["id"] for h in french.json()["results"]] == [p + "chat"]
+    assert french.json()["results"][0]["text"] is None
+    vector = api.post("/embed", json={"inputs": docs[0]["text"]}).json()[0]
+    by_vector = api.post("/search", json={"vector": [3 * x for x in vector], "top_k": 1, "filter": {"t": p}})
+    assert by_vector.json()["results"][0]["id"] == p + "cat"
+
+    got = api.get(f"/documents/{p}chat").json()
+    assert (got["text"], got["metadata"]) == (docs[2]["text"], {"t": p, "lang": "fr"})
+    assert api.delete(f"/documents/{p}chat").json()["deleted"] == p + "chat"
+    error(api.get(f"/documents/{p}chat"), 404, "not_found")
+    error(api.delete(f"/documents/{p}chat"), 404, "not_found")
+    left = api.post("/search", json={"query": "cat", "top_k": 20, "filter": {"t": p}}).json()["results"]
+    assert {h["id"] for h in left} == {p + "cat", p + "stock"}
+    api.post("/documents", json={"documents": [{"id": p + "a/b c", "text": "x"}]})
+    assert api.get(f"/documents/{p}a/b c").json()["id"] == p + "a/b c"
+
+
+def test_bad_input(api):
+    error(api.post("/v1/embeddings", json={"input": ""}), 422, "validation_error")
+    error(api.post("/embed", json={"inputs": []}), 422)
+    error(api.post("/v1/embeddings", json={"input": ["t"] * 9}), 413, "payload_too_large")
+    error(api.post("/documents", json={"documents": [{"id": str(i), "text": "t"} for i in range(9)]}), 413)
+    assert "101 characters" in error(api.post("/embed", json={"inputs": ["x" * 101]}), 422)["error"]
+    assert api.post("/embed", json={"inputs": ["x" * 101], "truncate": True}).status_code == 200
+    error(api.post("/v1/embeddings", json={"input": [1, 2]}), 422)
+    error(api.post("/search", json={"query": "a", "topk": 3}), 422)
+    r = api.post("/v1/embeddings", content=b'{"input": "a",', headers={"content-type": "application/json"})
+    error(r, 422, "invalid_json")
+    error(api.post("/v1/embeddings", json={"input": "x" * 5000}), 413, "payload_too_large")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds on the streamed body
+        for _ in range(10):
+            yield b"x" * 1000
+
+    r = api.post("/v1/embeddings", content=chunks(), headers={"content-type": "application/json"})
+    assert "streamed" in error(r, 413, "payload_too_large")["error"]
+    assert "top_k" in error(api.post("/search", json={"query": "a", "top_k": 21}), 422)["error"]
+    assert "7 dimensions" in error(api.post("/search", json={"vector": [0.1] * 7}), 422)["error"]
+    error(api.post("/v1/embeddings", json={"input": "a", "dimensions": 129}), 422)
+    error(api.get("/documents/never-added"), 404, "not_found")
+    error(api.delete("/documents/never-added"), 404, "not_found")
+    error(api.get("/nope"), 404, "not_found")
+    error(api.get("/v1/embeddings"), 405, "method_not_allowed")
+
+
+def test_retrain(api, request):
+    p = f"retrain-{request.node.callspec.id}-"
+    docs = [{"id": f"{p}{i}", "text": f"document number {i} about topic {i % 5}"} for i in range(48)]
+    for lo in range(0, 48, 8):  # 8 documents per request at most here
+        assert api.post("/documents", json={"documents": docs[lo : lo + 8]}).status_code == 200
+    r = api.post("/index/retrain", json={"nlist": 4, "flat_below": 10})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["index"]["type"] == "ivf" and body["index"]["ntotal"] >= 48
+    # /info reads a replica's copy as of its last refresh (every refresh_ms; searches refresh first)
+    deadline = time.monotonic() + 30
+    while api.get("/info").json()["index"]["type"] != "ivf":
+        assert time.monotonic() < deadline, "a replica's /info never showed the retrained index"
+        time.sleep(0.05)
+    hits = api.post("/search", json={"query": docs[7]["text"], "top_k": 1, "nprobe": 64}).json()["results"]
+    assert hits[0]["id"] == f"{p}7"
+    error(api.post("/index/retrain", json={"storage": "pq"}), 422, "validation_error")
+
+
+def test_info_metrics_openapi(api):
+    api.post("/v1/embeddings", json={"input": "hello"})
+    info = api.get("/info").json()
+    assert (info["dim"], info["variant"], info["model"]) == (128, "int8", "default")
+    assert set(info["index"]) == {"type", "ntotal", "nlist", "nprobe", "dim"}
+    assert api.get("/ready").json()["ready"] is True and api.get("/health").status_code == 200
+    text = api.get("/metrics").text
+    for name in (
+        "distilembed_request_count_total",
+        "distilembed_request_duration_seconds_bucket",
+        "distilembed_inference_duration_seconds_count",
+        "distilembed_search_duration_seconds_count",
+        "distilembed_index_vectors",
+        "distilembed_ready 1.0",
+    ):
+        assert name in text, name
+    paths = set(api.get("/openapi.json").json()["paths"])
+    assert {"/v1/embeddings", "/search", "/documents", "/documents/{doc_id}", "/index/retrain"} <= paths
+
+
+# ---- Ray only
+
+
+def test_replicas_and_one_writer(ray_base):
+    from ray import serve
+
+    from service.ray_serve import APP_NAME
+
+    deployments = serve.status().applications[APP_NAME].deployments
+    running = {name: d.replica_states.get("RUNNING", 0) for name, d in deployments.items()}
+    assert running == {"Api": 2, "IndexWriter": 1}
+
+
+def test_a_write_is_seen_by_every_later_search(ray_base):
+    """Whichever replica takes a request (each one on a new connection), a search sees the writes
+    acknowledged before it: searches apply the writer's committed changes first."""
+    doc = {"id": "ryw", "text": "Penguins waddle across the frozen beach.", "metadata": {"t": "ryw"}}
+    assert httpx.post(f"{ray_base}/documents", json={"documents": [doc]}, timeout=60).status_code == 200
+    query = {"query": doc["text"], "top_k": 1, "filter": {"t": "ryw"}}
+    for _ in range(10):
+        assert httpx.post(f"{ray_base}/search", json=query, timeout=60).json()["results"][0]["id"] == "ryw"
+    assert httpx.delete(f"{ray_base}/documents/ryw", timeout=60).status_code == 200
+    for _ in range(10):
+        assert httpx.post(f"{ray_base}/search", json=query, timeout=60).json()["results"] == []
+
+
+def test_app_builder_and_options():
+    pytest.importorskip("ray")
+    from ray.serve import Application
+
+    from service.ray_serve import api_options, app_builder, replica_settings
+
+    assert isinstance(app_builder({"bundle": str(BUNDLE), "replicas": "3", "index_dir": "idx"}), Application)
+    with pytest.raises(UserError, match="autoscale_max"):
+        app_builder({"replicas": "3", "autoscale_max": "2"})
+    s = replica_settings(Settings(bundle="models/default", replicas=2, autoscale_max=6, replica_cpus=2))
+    assert s.bundle.is_absolute() and s.threads == 2
+    options = api_options(s)
+    assert options["autoscaling_config"] == {
+        "min_replicas": 2, "initial_replicas": 2, "max_replicas": 6, "target_ongoing_requests": 2.0,
+    }  # fmt: skip
+    assert "num_replicas" not in options and options["ray_actor_options"] == {"num_cpus": 2}
+    assert api_options(Settings(replicas=3))["num_replicas"] == 3
+
+
+# ---- without Ray
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[tuple[TestClient, LiveIndex, ReplicaIndex]]:
+    """The app on a ReplicaIndex whose writer is an in-process LiveIndex on the same directory."""
+    directory = _live_index_dir(tmp_path / "idx", dim=8)
+    writer = LiveIndex(directory)
+    local = LiveIndex(directory, writable=False)
+    index = ReplicaIndex(local, lambda method, args: run_write(writer, method, args), refresh_ms=0)
+    settings = Settings(bundle="fake-bundle", index_dir=directory, warmup=False)
+    with TestClient(create_app(settings, FakeEncoder(), index), raise_server_exceptions=False) as client:
+        yield client, writer, index
+    writer.close()
+
+
+def test_writes_go_to_the_writer_and_errors_keep_their_status(replicated, monkeypatch):
+    client, writer, index = replicated
+    docs = [{"id": "a", "text": "a cat"}, {"id": "b", "text": "a dog"}]
+    assert client.post("/documents", json={"documents": docs}).json()["added"] == 2
+    assert writer.ntotal == index.ntotal == 2  # the replica caught up with its own write
+    assert client.post("/search", json={"query": "a cat", "top_k": 1}).json()["results"][0]["id"] == "a"
+    assert client.delete("/documents/b").status_code == 200 and writer.get("b") is None
+
+    def busy(*_: Any) -> None:
+        raise BusyError("a retrain is already running")
+
+    monkeypatch.setattr(writer, "retrain", busy)
+    r = client.post("/index/retrain", json={})
+    assert (r.status_code, r.json()["type"], r.json()["error"]) == (
+        409,
+        "conflict",
+        "a retrain is already running",
+    )
+
+    def refuse(*_: Any) -> None:
+        raise UserError("no room")
+
+    monkeypatch.setattr(writer, "upsert", refuse)
+    r = client.post("/documents", json={"documents": docs})
+    assert (r.status_code, r.json()["type"], r.json()["error"]) == (422, "validation_error", "no room")
+
+
+def test_a_write_from_elsewhere_reaches_searches(replicated):
+    """The writer took a write through another replica: this one's next search sees it."""
+    client, writer, _ = replicated
+    writer.upsert([Document("w", "a fox")], FakeEncoder().encode(["a fox"]))
+    writer.checkpoint()  # and even folded it into a new snapshot file
+    assert client.post("/search", json={"query": "a fox", "top_k": 1}).json()["results"][0]["id"] == "w"
+
+
+def test_background_refresh(tmp_path):
+    """Without refresh-on-search the copy catches up within refresh_ms (polled with a deadline)."""
+    directory = _live_index_dir(tmp_path / "idx", dim=8)
+    writer = LiveIndex(directory)
+    index = ReplicaIndex(
+        LiveIndex(directory, writable=False),
+        lambda m, a: run_write(writer, m, a),
+        20,
+        refresh_on_search=False,
+    )
+    writer.upsert([Document("x", "x")], FakeEncoder().encode(["x"]))
+    deadline = time.monotonic() + 30
+    while index.ntotal != 1:
+        assert time.monotonic() < deadline, "the background refresh never applied the write"
+        time.sleep(0.01)
+    index.close()
+    assert index._thread is not None and not index._thread.is_alive()
+    writer.close()
+
+
+def test_outcomes_cross_as_values():
+    class Target:
+        def delete(self, ids: list[str]) -> list[str]:
+            return ids
+
+        def retrain(self) -> None:
+            raise BusyError("busy")
+
+    assert run_write(Target(), "delete", (["a"],)) == ("ok", ["a"])
+    assert run_write(Target(), "retrain", ()) == ("busy", "busy")
+    with pytest.raises(BusyError, match="busy"):
+        unwrap(("busy", "busy"))
+    with pytest.raises(ValueError, match="not a write"):
+        run_write(Target(), "search", ())
+
+
+def test_engine_ray_without_ray_says_how_to_install():
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None\n"  # as if the [ray] extra were not installed
+        "sys.argv = ['distilembed', 'serve', '--engine', 'ray']\n"
+        "from distilembed.cli import main\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'distilembed[ray]'" in lines[0]
