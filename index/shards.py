@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
-from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex
+from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
 from index.store import Document, DocumentStore
 from index.vectors import add, held_vectors, save_index
 
@@ -157,10 +157,19 @@ def is_sharded(directory: Path) -> bool:
     return path.is_file() and read_manifest(directory).get("kind") == SHARDS_KIND
 
 
-def open_sharded(directory: Path, nprobe: int | None = None) -> ShardedIndex:
-    """All shards of ``directory`` in this process, read-only."""
+def open_sharded(
+    directory: Path, dim: int, bundle_sha256: str | None = None, nprobe: int | None = None
+) -> ShardedIndex:
+    """All shards of ``directory`` in this process, read-only, each checked against the bundle."""
     manifest = read_manifest(directory)
-    shards = [LiveIndex(directory / name, nprobe, writable=False) for name in manifest["shards"]]
+    shards: list[LiveIndex] = []
+    try:
+        for name in manifest["shards"]:
+            shards.append(open_for_bundle(directory / name, dim, bundle_sha256, nprobe, writable=False))
+    except BaseException:
+        for shard in shards:
+            shard.close(checkpoint=False)
+        raise
     first = shards[0].manifest | {"nprobe": shards[0].nprobe}
     return ShardedIndex(
         shards, manifest | {"first_shard": first}, lambda: [s.close(checkpoint=False) for s in shards]

@@ -36,7 +36,7 @@ def test_sharded_search_equals_the_whole_index(whole, tmp_path, count) -> None:
     manifest = shard_index(whole, count, tmp_path / "sharded")
     assert is_sharded(tmp_path / "sharded") and manifest["ntotal"] == 2000
     reference = LiveIndex(whole, writable=False)
-    sharded = open_sharded(tmp_path / "sharded")
+    sharded = open_sharded(tmp_path / "sharded", 8)
     sizes = [LiveIndex(tmp_path / "sharded" / name, writable=False).ntotal for name in manifest["shards"]]
     assert sum(sizes) == 2000 and min(sizes) > 0
     _, vectors = held_vectors(reference.index)
@@ -64,3 +64,29 @@ def test_shard_refuses_bad_counts_and_existing_output(whole, tmp_path) -> None:
     (tmp_path / "x").mkdir()
     with pytest.raises(UserError, match="output exists"):
         shard_index(whole, 2, tmp_path / "x")
+
+
+def test_service_serves_a_sharded_directory(tiny_bundle, whole, tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    shard_index(whole, 2, tmp_path / "sharded")
+    query = {"query": "the man plays a guitar", "top_k": 5}
+    answers = []
+    for directory in (whole, tmp_path / "sharded"):
+        settings = Settings(bundle=tiny_bundle, index_dir=directory, threads=1, warmup=False)
+        with TestClient(create_app(settings)) as client:
+            answers.append(
+                [
+                    (r["id"], round(r["score"], 5))
+                    for r in client.post("/search", json=query).json()["results"]
+                ]
+            )
+            if directory != whole:
+                assert client.get("/info").json()["index"]["type"] == "ivf_sharded"
+                assert client.get("/documents/t3").json()["id"] == "t3"
+                refused = client.post("/documents", json={"documents": [{"id": "x", "text": "new text"}]})
+                assert refused.status_code == 409 and "read-only" in refused.json()["error"]
+    assert answers[0] == answers[1] and len(answers[0]) == 5
