@@ -40,6 +40,7 @@ from index.vectors import (
     check_storage,
     held_vectors,
     load_index,
+    on_disk,
     plan_index,
     remove,
     save_index,
@@ -207,6 +208,11 @@ class LiveIndex:
     def _require_writable(self) -> None:
         if self._writer is None:
             raise UserError(f"{self.dir} was opened read-only")
+        if on_disk(self.index):  # adding to mapped lists would write the snapshot in place
+            raise BusyError(
+                f"{self.dir} keeps its IVF lists on disk (built with --on-disk) and is read-only: "
+                "rebuild it to change it"
+            )
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]:
         """Insert or replace documents with their vectors; durable on return. Returns (added, replaced)."""

@@ -154,3 +154,20 @@ def test_without_ray_the_engine_says_how_to_install(monkeypatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "ray", None)
     with pytest.raises(UserError, match=r"pip install 'distilembed\[ray\]'"):
         ray_build.import_ray()
+
+
+def test_on_disk_index_refuses_writes(tiny_bundle, corpus, tmp_path) -> None:
+    from distilembed.errors import BusyError
+    from index.store import Document
+
+    build(replace(_config(tiny_bundle, tmp_path / "idx"), on_disk=True), corpus)
+    before = (tmp_path / "idx" / "vectors.ivfdata").read_bytes()
+    live = LiveIndex(tmp_path / "idx")
+    with pytest.raises(BusyError, match="on disk"):
+        live.upsert([Document("new", "a new text .")], np.ones((1, 8), np.float32))
+    with pytest.raises(BusyError, match="on disk"):
+        live.delete(["d1"])
+    with pytest.raises(BusyError, match="on disk"):
+        live.retrain(nlist=4)
+    live.close()
+    assert (tmp_path / "idx" / "vectors.ivfdata").read_bytes() == before
