@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -26,18 +27,20 @@ from typing import Any
 
 from fastapi import FastAPI
 from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import RayServeException
 from ray.serve.handle import DeploymentHandle
 
 from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
 from service.app import bundle_sha256, create_app, load_encoder, load_index
 from service.batcher import EncoderLike
+from service.errors import ApiError
 from service.replica_index import Outcome, ReplicaIndex, run_write
 from service.settings import Settings
 
 log = logging.getLogger("distilembed.service")
 APP_NAME = "distilembed"
-WRITER_TIMEOUT_S = 600.0  # a retrain of a large index takes minutes; a lost writer must not hang a request
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
@@ -51,8 +54,9 @@ class IndexWriter:
             raise UserError("IndexWriter needs settings.index_dir")
         self.index = index
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> int:
+        """Answers once the index is open: this replica's process id."""
+        return os.getpid()
 
     async def write(self, method: str, args: tuple[Any, ...]) -> Outcome:
         # In a thread: a retrain runs for seconds while upserts and deletes go on (LiveIndex's locks).
@@ -87,8 +91,15 @@ class Api:
         )
 
         def write(method: str, args: tuple[Any, ...]) -> Outcome:
-            # Called from the route's thread pool, never the replica's event loop.
-            return writer.write.remote(method, args).result(timeout_s=WRITER_TIMEOUT_S)
+            # Called from the route's thread pool, never the replica's event loop. No timeout: a
+            # retrain may run for minutes, and Ray reports a writer that died.
+            try:
+                return writer.write.remote(method, args).result()
+            except (RayActorError, RayServeException) as exc:  # not a bug in the write: no writer
+                log.warning("the index writer is unavailable: %s", exc)
+                raise ApiError(
+                    503, "the index writer is unavailable; retry", "unavailable", {"Retry-After": "1"}
+                ) from exc
 
         return ReplicaIndex(local, write, s.refresh_ms, s.refresh_on_search)
 
@@ -170,8 +181,6 @@ def local_cluster_env(settings: Settings) -> dict[str, str]:
 def start(settings: Settings, **init: Any) -> None:
     """Connect to ``settings.ray_address``, or start a local cluster (``init``: more ``ray.init``
     arguments, e.g. ``num_cpus``), then start Serve's HTTP ingress on host:port."""
-    import os
-
     import ray
 
     if settings.ray_address is not None:
@@ -222,10 +231,15 @@ def run(settings: Settings) -> None:
     if settings.ray_address is None:  # the paths are this machine's: check them before starting
         check_locally(settings)
     stop_event = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_event.set())
+
+    def on_signals() -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop_event.set())
+
+    on_signals()
     try:
         start(settings)
+        on_signals()  # ray.init replaced the SIGTERM handler with its own (a stack dump, then abort)
         deploy(settings)
         log.info(
             "Ray Serve: %s on http://%s:%d, %d replica(s)%s",

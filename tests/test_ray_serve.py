@@ -276,6 +276,34 @@ def test_a_write_is_seen_by_every_later_search(ray_base):
         assert httpx.post(f"{ray_base}/search", json=query, timeout=60).json()["results"] == []
 
 
+def test_a_killed_writer_is_restarted_and_loses_nothing(ray_base):
+    """kill -9 of the writer: writes answer 503 (or wait) until Serve has restarted it, never 500;
+    the new writer takes the lock the kernel released, and every acknowledged write is there."""
+    import signal
+
+    from ray import serve
+
+    from service.ray_serve import APP_NAME
+
+    def post(doc_id: str) -> httpx.Response:
+        doc = {"id": doc_id, "text": f"A note called {doc_id}.", "metadata": {"t": "kill"}}
+        return httpx.post(f"{ray_base}/documents", json={"documents": [doc]}, timeout=60)
+
+    assert post("before-kill").status_code == 200
+    writer = serve.get_deployment_handle("IndexWriter", app_name=APP_NAME)
+    pid = writer.ready.remote().result()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while (r := post("after-kill")).status_code != 200:
+        assert r.status_code == 503 and r.json()["type"] == "unavailable", r.text
+        assert time.monotonic() < deadline, "the writer was never restarted"
+        time.sleep(0.2)
+    assert writer.ready.remote().result() != pid
+    query = {"query": "a note", "top_k": 5, "filter": {"t": "kill"}}
+    hits = httpx.post(f"{ray_base}/search", json=query, timeout=60).json()["results"]
+    assert {h["id"] for h in hits} == {"before-kill", "after-kill"}
+
+
 def test_app_builder_and_options():
     pytest.importorskip("ray")
     from ray.serve import Application
