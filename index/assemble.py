@@ -19,12 +19,12 @@ from tqdm.auto import tqdm
 
 from distilembed.errors import UserError
 from index.corpus import CorpusSpec, CorpusStats
+from index.integrity import IVFDATA_FILE
 from index.splits import CorpusPlan, Split, iter_split_documents
 from index.store import DocumentStore
 from index.vectors import IndexPlan, add, build_index, c_stdout_to_stderr, plan_index, save_index
 
 log = logging.getLogger(__name__)
-IVFDATA_FILE = "vectors.ivfdata"
 BLOCK_ROWS = 1 << 20  # vectors per temporary IVF block of an on-disk build (~0.5 GB at 128-d)
 
 

@@ -31,6 +31,7 @@ from distilembed.errors import UserError
 from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, verify_bundle
 from index.assemble import assemble, save_shard, shard_path
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
+from index.integrity import with_files
 from index.live import INDEX_FILE, STORE_FILE, writer_lock_held
 from index.splits import LINES_PER_SPLIT, CorpusPlan, Split, iter_split_documents, plan_corpus
 from index.store import Document, DocumentStore
@@ -162,6 +163,7 @@ def _create_empty(cfg: BuildConfig, out: Path, overwrite: bool) -> dict[str, Any
         manifest = _index_manifest(
             cfg, sha256_file(Path(cfg.bundle) / "manifest.json"), dim=dim, plan=plan, ntotal=0, corpus=None
         )
+        manifest = with_files(tmp, manifest)
         atomic_write_json(tmp / "manifest.json", manifest)
     return manifest
 
@@ -236,6 +238,7 @@ def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> di
             "docs_encoded_this_run": encoded,
             "docs_per_s": round(encoded / total, 1),  # this run's work: a resumed build reuses shards
         }
+        manifest = with_files(tmp, manifest)
         atomic_write_json(tmp / "manifest.json", manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest

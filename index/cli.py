@@ -1,4 +1,5 @@
-"""``distilembed index build | search | info``. No torch is imported on this path."""
+"""``distilembed index build | search | info | verify | snapshot | restore | ...``. No torch is imported
+on this path."""
 
 from __future__ import annotations
 
@@ -210,6 +211,48 @@ def info_command(index: Annotated[Path, typer.Argument(help="Index directory.")]
 
     live = LiveIndex(index, writable=False)
     typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal}, indent=2))
+
+
+@app.command("verify")
+def verify_command(
+    index: Annotated[Path, typer.Argument(help="Index directory (or sharded index, or snapshot).")],
+) -> None:
+    """Check an index in full: every file's checksum, SQLite's integrity_check, and that the Faiss
+    index holds exactly the stored documents (exit 2 and one line if not). Safe while it serves."""
+    from index.integrity import verify_index
+
+    typer.echo(json.dumps(verify_index(index)))
+
+
+@app.command("snapshot")
+def snapshot_command(
+    index: Annotated[Path, Opt(help="Index directory (may be open in a service meanwhile).")],
+    out: Annotated[Path, Opt(help="Snapshot directory to write.")],
+    copy: Annotated[
+        bool, Opt(help="Copy the Faiss file even where a hard link could share its disk blocks.")
+    ] = False,
+    overwrite: Annotated[bool, Opt()] = False,
+) -> None:
+    """Copy an index consistently while it serves and takes writes (every write acknowledged before
+    the command started is in it), with every file's checksum."""
+    from index.snapshot import take_snapshot
+
+    manifest = take_snapshot(index, out, overwrite=overwrite, link=not copy)
+    keys = ("ntotal", "created", "faiss_file", "seconds")
+    bytes_ = sum(entry["bytes"] for entry in manifest["files"].values())
+    typer.echo(json.dumps({"snapshot": str(out)} | {k: manifest[k] for k in keys} | {"bytes": bytes_}))
+
+
+@app.command("restore")
+def restore_command(
+    snapshot: Annotated[Path, typer.Argument(help="Snapshot directory ('index snapshot').")],
+    out: Annotated[Path, Opt(help="Index directory to write.")],
+    overwrite: Annotated[bool, Opt(help="Replace OUT (refused while a writer has it open).")] = False,
+) -> None:
+    """Restore a snapshot into an index directory, after checking every file's checksum."""
+    from index.snapshot import restore_snapshot
+
+    typer.echo(json.dumps(restore_snapshot(snapshot, out, overwrite=overwrite)))
 
 
 def register(root: typer.Typer) -> None:

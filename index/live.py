@@ -11,14 +11,16 @@ One process writes a directory at a time (an flock on ``.writer.lock``). Two wri
 checkpoint a snapshot without the other's vectors and drop the other's log rows with their own,
 losing acknowledged writes. Readers (``writable=False``) take no lock and refuse writes; ``refresh``
 brings one up to date with what the writer has committed since (see its docstring).
+
+Opening checks the files against the checksums in the manifest (index/integrity.py): sizes, the
+Faiss file's sha256, SQLite's quick_check. ``snapshot`` copies the index while it serves
+(index/snapshot.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -32,7 +34,9 @@ import numpy as np
 
 from distilembed.artifacts import atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
-from index.store import Document, DocumentStore
+from index import integrity
+from index.integrity import INDEX_FILE, LOCK_FILE, STAGED_FILE, STORE_FILE, writer_lock, writer_lock_held
+from index.store import Document
 from index.vectors import (
     FLAT_BELOW,
     add,
@@ -50,7 +54,7 @@ from index.vectors import (
 )
 
 log = logging.getLogger(__name__)
-INDEX_FILE, STORE_FILE, LOCK_FILE = "vectors.faiss", "docs.sqlite", ".writer.lock"
+__all__ = ["INDEX_FILE", "LOCK_FILE", "STORE_FILE", "Hit", "LiveIndex", "open_for_bundle", "writer_lock_held"]
 Change = tuple[int, int, bytes | None]  # a change-log row: seq, int id, float32 vector (None: delete)
 Snapshot = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size of the snapshot file
 
@@ -87,10 +91,9 @@ class LiveIndex:
         self._lock = threading.RLock()
         self._retraining = threading.Lock()
         self._refreshing = threading.Lock()
-        self._writer: IO[str] | None = _writer_lock(self.dir) if writable else None
+        self._writer: IO[str] | None = writer_lock(self.dir) if writable else None
         try:
-            self.store = DocumentStore(self.dir / STORE_FILE)
-            self.index, self._snapshot, changes = self._load_consistent()
+            changes = self._open_checked()
         except BaseException:
             self._release_writer()
             raise
@@ -98,6 +101,27 @@ class LiveIndex:
         self._pending = len(changes)
         if self._pending:
             log.info("%s: replayed %d logged vector changes", self.dir, self._pending)
+
+    def _open_checked(self) -> list[Change]:
+        """Check the files (sizes, the Faiss file's hash, SQLite), open the store, load the index."""
+        sealed = integrity.has_records(self.manifest)
+        if not sealed:
+            later = "; they are recorded at its next checkpoint" if self.writable else ""
+            log.warning(
+                "%s carries no checksums (written before they were kept): opened unchecked%s", self.dir, later
+            )
+        if self.writable:
+            integrity.remove_stale_temps(self.dir)
+        self.store = integrity.open_store(f"index {self.dir}", self.dir, self.manifest, not self.writable)
+        self._checked: dict[str, Any] | None = None
+        try:
+            self.index, self._snapshot, changes = self._load_consistent(verify=sealed)
+        except BaseException:
+            self.store.close()
+            raise
+        if self.writable and self._checked is not None:
+            self.manifest = integrity.settle(self.dir, self.manifest, self._checked)
+        return changes
 
     @property
     def ntotal(self) -> int:
@@ -116,14 +140,19 @@ class LiveIndex:
                 "SELECT seq, int_id, vector FROM changes WHERE seq > ? ORDER BY seq", (seq,)
             ).fetchall()
 
-    def _load_consistent(self) -> tuple[faiss.Index, Snapshot, list[Change]]:
-        """The snapshot file with the whole change log applied, and the file's identity.
+    def _load_consistent(self, verify: bool = False) -> tuple[faiss.Index, Snapshot, list[Change]]:
+        """The snapshot file with the whole change log applied, and the file's identity;
+        ``verify``: the file loaded is one whose sha256 the manifest records.
 
         Only a reader can race here: a checkpoint renames its new file into place and then drops
         the rows it covers. The log read counts only if the file read is still in place after it,
         since then no newer checkpoint dropped rows the file lacks."""
         while True:
+            if verify:
+                checked, self._checked = integrity.verified_index_file(f"index {self.dir}", self.dir)
             index, snapshot = _read_snapshot(self.dir / INDEX_FILE, self.nprobe)
+            if verify and snapshot != checked:
+                continue  # replaced since it was hashed: check the new one
             changes = self._changes_after(0)
             if _snapshot_of(self.dir / INDEX_FILE) == snapshot:
                 _apply(index, changes)
@@ -256,9 +285,18 @@ class LiveIndex:
             changes = self.store.changes() if self.writable else []
             if not changes:
                 return
-            save_index(self.index, self.dir / INDEX_FILE)
+            manifest = self._install(self.index)
             self.store.drop_changes(changes[-1][0])
             self._pending = 0
+            self.manifest = manifest
+            integrity.write_manifest(self.dir, manifest)
+
+    def _install(self, index: faiss.Index) -> dict[str, Any]:
+        """Make ``index`` the snapshot file, its checksum recorded crash-safely (index/integrity.py);
+        returns the manifest that records only the new file, for the caller to write."""
+        staged = self.dir / STAGED_FILE
+        save_index(index, staged)
+        return integrity.replace_index_file(self.dir, staged, self.manifest)
 
     def retrain(
         self, nlist: int = 1024, storage: str | None = None, flat_below: int = FLAT_BELOW, seed: int = 0
@@ -290,7 +328,7 @@ class LiveIndex:
                 t = time.perf_counter()
                 saved = self._replay(fresh)  # the writes made while it trained
                 locked += time.perf_counter() - t
-            save_index(fresh, self.dir / INDEX_FILE)  # a crash from here on replays the log onto it
+            installed = self._install(fresh)  # a crash from here on replays the log onto it
             with self._lock:
                 t = time.perf_counter()
                 self._replay(fresh)  # and those made while it was saved (replay is idempotent)
@@ -299,7 +337,7 @@ class LiveIndex:
                 retrained = {"at": now_iso(), "from": {"index_type": self.kind, "nlist": self.nlist}}
                 self.index, self.kind, self.nlist = fresh, plan.index_type, plan.nlist
                 self._pending = len(self.store.changes())
-                self.manifest = self.manifest | {
+                self.manifest = installed | {
                     "index_type": plan.index_type,
                     "nlist": plan.nlist,
                     "plan": plan.reason,
@@ -313,9 +351,30 @@ class LiveIndex:
                 # After the Faiss file: a crash in between leaves the new index under the old
                 # manifest's type/nlist labels (searches still work); a second retrain fixes them.
                 atomic_write_json(self.dir / "manifest.json", self.manifest)
+                integrity.fsync_path(self.dir)
             return self.manifest
         finally:
             self._retraining.release()
+
+    def snapshot(self, out: str | Path, overwrite: bool = False, link: bool = True) -> dict[str, Any]:
+        """A consistent copy of this index in the new directory ``out``, taken while searches and
+        writes go on; returns its manifest (index/snapshot.py). It holds every write acknowledged
+        before the call and none acknowledged after it returns. ``link``: hard-link the Faiss file
+        where it can (else copy it). Raises BusyError while a retrain of this index runs,
+        UserError if ``out`` exists (without ``overwrite``) or a file fails its checksum."""
+        from index.snapshot import take_snapshot
+
+        pin = self._pinned if self.writable else None
+        return take_snapshot(self.dir, Path(out), overwrite=overwrite, pin=pin, link=link)
+
+    @contextmanager
+    def _pinned(self) -> Iterator[dict[str, Any]]:
+        """Hold off checkpoints and writes while a snapshot pins the file and the SQLite state
+        (a millisecond); yields the manifest that describes the file in place."""
+        with self._lock:
+            if self._retraining.locked():  # its file is swapped in outside the lock
+                raise BusyError(f"{self.dir}: a retrain is running; take the snapshot once it has finished")
+            yield dict(self.manifest)
 
     def close(self, checkpoint: bool = True) -> None:
         with self._lock:
@@ -337,17 +396,19 @@ def _apply(index: faiss.Index, changes: Sequence[Change]) -> None:
             add(index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
 
 
-def _snapshot_of(path: Path) -> Snapshot:
-    """Identity of the snapshot file: a checkpoint renames a new file into place (a new inode)."""
-    st = path.stat()
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+_snapshot_of = integrity.file_identity  # a checkpoint renames a new file into place (a new inode)
 
 
 def _read_snapshot(path: Path, nprobe: int) -> tuple[faiss.Index, Snapshot]:
     """Load the file and its identity, retrying if it was replaced while it was read."""
     while True:
         before = _snapshot_of(path)
-        index = load_index(path, nprobe)
+        try:
+            index = load_index(path, nprobe)
+        except RuntimeError as exc:  # an index without checksums, or damaged after its check
+            raise UserError(
+                f"index {path.parent}: {path.name} cannot be read: {str(exc).splitlines()[0]}"
+            ) from None
         if _snapshot_of(path) == before:
             return index, before
 
@@ -357,36 +418,6 @@ def _describe(index: faiss.Index) -> tuple[str, int]:
     if isinstance(index, faiss.IndexIVF):
         return ("ivf_sq8" if storage_of(index) == "sq8" else "ivf"), int(index.nlist)
     return "flat", 0
-
-
-@contextmanager
-def writer_lock_held(directory: Path) -> Iterator[None]:
-    """Hold ``directory``'s writer lock for a block, e.g. while the directory is replaced, or
-    refuse as a second writer would be refused."""
-    handle = _writer_lock(directory)
-    try:
-        yield
-    finally:
-        handle.close()
-
-
-def _writer_lock(directory: Path) -> IO[str]:
-    """Hold the directory's writer lock (released by the kernel if the process dies) or refuse."""
-    handle = (directory / LOCK_FILE).open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise UserError(
-            f"{directory} is already open for writing (pid {holder}): "
-            "stop that writer, or write through it (e.g. the service's HTTP API)"
-        ) from None
-    handle.truncate(0)
-    handle.write(str(os.getpid()))
-    handle.flush()
-    return handle
 
 
 def open_for_bundle(

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
+from index.integrity import with_files
 from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
 from index.store import Document, DocumentStore
 from index.vectors import add, held_vectors, save_index
@@ -55,7 +56,7 @@ def shard_index(source: Path, count: int, out: Path, overwrite: bool = False) ->
                 kept = DocumentStore(tmp / name / STORE_FILE)
                 kept.copy_documents_from(source / STORE_FILE, lambda ext, n=number: shard_of(ext, count) == n)
                 kept.close()
-                shard_manifest = whole.manifest | {
+                shard_manifest = with_files(tmp / name, whole.manifest) | {
                     "ntotal": int((owners == number).sum()),
                     "shard": {"number": number, "count": count, "key": "crc32(id) % count"},
                 }
@@ -143,6 +144,9 @@ class ShardedIndex:
         raise BusyError("a sharded index is read-only: write to its source index and shard it again")
 
     upsert = delete = retrain = _read_only
+
+    def snapshot(self, out: str | Path, overwrite: bool = False) -> dict[str, Any]:  # noqa: ARG002
+        raise BusyError("a sharded index is snapshot shard by shard, or snapshot its source index")
 
     def checkpoint(self) -> None:
         return

@@ -35,18 +35,50 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-class DocumentStore:
-    """One SQLite file; every write is one transaction, committed before it is acknowledged."""
+# Durability and safety settings of every connection (docs/decisions.md): WAL with an fsync per
+# commit; F_FULLFSYNC where fsync alone does not reach the disk (macOS, a no-op elsewhere); the WAL
+# cut back after checkpoints; b-tree cells bounds-checked as they are read; no functions with side
+# effects run from a schema (a restored snapshot may come from anywhere).
+PRAGMAS = (
+    "journal_mode=WAL",
+    "synchronous=FULL",
+    "fullfsync=ON",
+    "checkpoint_fullfsync=ON",
+    "journal_size_limit=67108864",
+    "cell_size_check=ON",
+    "trusted_schema=OFF",
+)
+BUSY_TIMEOUT_S = 10.0  # a connection meeting a lock (WAL recovery, a checkpoint) waits, not fails
 
-    def __init__(self, path: str | Path) -> None:
+
+class DocumentStore:
+    """One SQLite file; every write is one transaction, committed before it is acknowledged.
+    ``readonly``: the connection refuses writes (``PRAGMA query_only``), for readers of a
+    directory that another process writes."""
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
-        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
+        self.db = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+        )
+        for pragma in PRAGMAS:
+            self.db.execute(f"PRAGMA {pragma}")
         self.db.executescript(SCHEMA)
+        if readonly:
+            self.db.execute("PRAGMA query_only=ON")
 
     def close(self) -> None:
         self.db.close()
+
+    def check(self, full: bool = False) -> list[str]:
+        """SQLite's own check (``quick_check``, or ``integrity_check`` with ``full``); its
+        complaints, [] if it is sound."""
+        pragma = "integrity_check(20)" if full else "quick_check(20)"
+        try:
+            rows = [str(row[0]) for row in self.db.execute(f"PRAGMA {pragma}").fetchall()]
+        except sqlite3.DatabaseError as exc:
+            return [str(exc)]
+        return [] if rows == ["ok"] else rows
 
     def upsert(
         self, docs: Sequence[Document], vectors: np.ndarray | None = None

@@ -1,0 +1,367 @@
+"""Checksums of an index directory's files, kept in its manifest's ``files`` section.
+
+``vectors.faiss`` and ``vectors.ivfdata`` carry bytes + sha256. ``docs.sqlite`` is rewritten by
+every upsert, so it carries no fixed hash: it is checked by SQLite itself (header against file
+size, ``PRAGMA quick_check`` at open, ``PRAGMA integrity_check`` in ``index verify``).
+
+The Faiss file is replaced (temp file, rename) by checkpoints and retrains. Its record is kept
+right across a crash at any step by accepting two versions while one replaces the other::
+
+    manifest: {old}  ->  manifest: {new, replacing: old}  ->  rename new file in  ->  manifest: {new}
+
+Each step is durable (file and directory fsynced) before the next, so whatever step a crash or
+a power loss stops at, the file in place is one the manifest on disk accepts; the next writable
+open settles the record to the file it finds. A reader that hashes the file, reads the
+manifest and sees the same file (inode) still in place has a manifest that accepts it, unless
+one of them was damaged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import sqlite3
+import struct
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import faiss
+import numpy as np
+
+from distilembed.artifacts import atomic_write_json, read_manifest, sha256_file
+from distilembed.errors import BusyError, UserError
+from index.store import DocumentStore
+
+if TYPE_CHECKING:
+    from index.live import LiveIndex
+
+log = logging.getLogger(__name__)
+INDEX_FILE, STORE_FILE, IVFDATA_FILE = "vectors.faiss", "docs.sqlite", "vectors.ivfdata"
+LOCK_FILE = ".writer.lock"
+STAGED_FILE = f".{INDEX_FILE}.new"  # a replacement Faiss file, hashed before it is renamed in
+SQLITE_CHECK = {"check": "sqlite"}
+VERIFY_RETRIES = 100  # a full check of an index another process writes retries until no write lands
+Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size
+
+
+def file_identity(path: Path) -> Identity:
+    """A replaced file (rename) has a new inode; the pinned or open old one keeps its number."""
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def record(path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def record_files(directory: Path, known: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The ``files`` section for a directory's index files (``known``: records already computed)."""
+    known = known or {}
+    files: dict[str, Any] = {}
+    for name in (INDEX_FILE, IVFDATA_FILE):
+        if (directory / name).is_file():
+            files[name] = known.get(name) or record(directory / name)
+    return files | {STORE_FILE: dict(SQLITE_CHECK)}
+
+
+def with_files(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with the ``files`` section of what ``directory`` holds now (builds, shards)."""
+    return manifest | {"files": record_files(directory)}
+
+
+def has_records(manifest: dict[str, Any]) -> bool:
+    return isinstance(manifest.get("files"), dict) and INDEX_FILE in manifest["files"]
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (after a rename in it); F_FULLFSYNC where the OS has it (macOS)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if hasattr(fcntl, "F_FULLFSYNC"):
+            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
+        else:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    atomic_write_json(directory / "manifest.json", manifest)
+    fsync_path(directory)
+
+
+def _num(n: int) -> str:
+    return f"{n:,}"
+
+
+def _accepted(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    return [entry, *([entry["replacing"]] if isinstance(entry.get("replacing"), dict) else [])]
+
+
+def _plain(entry: dict[str, Any]) -> dict[str, Any]:
+    return {"bytes": entry["bytes"], "sha256": entry["sha256"]}
+
+
+def match_record(
+    where: str,
+    name: str,
+    entry: dict[str, Any],
+    size: int,
+    digest: str | None,
+    *,
+    advice: str = "restore the index from a snapshot or rebuild it",
+) -> dict[str, Any]:
+    """The accepted record that a file of ``size`` bytes (and ``digest``) matches, or UserError
+    naming the file and what is wrong. ``digest`` None checks the size only."""
+    for ok in _accepted(entry):
+        if ok["bytes"] == size and digest in (None, ok["sha256"]):
+            return _plain(ok)
+    sizes = [ok["bytes"] for ok in _accepted(entry)]
+    if size not in sizes:
+        want = " or ".join(_num(s) for s in sizes)
+        hint = "truncated?" if size < min(sizes) else "overwritten or appended to?"
+        raise UserError(f"{where}: {name} is {_num(size)} bytes, the manifest records {want} ({hint})")
+    want = " or ".join(ok["sha256"][:16] for ok in _accepted(entry))
+    raise UserError(
+        f"{where}: {name} has sha256 {str(digest)[:16]}..., the manifest records {want}... "
+        f"(altered or corrupt: {advice})"
+    )
+
+
+def check_static_files(where: str, directory: Path, manifest: dict[str, Any]) -> None:
+    """Fast open-time checks of everything but the Faiss file's hash: every recorded file exists
+    with its recorded size, the SQLite file looks whole. The Faiss file always has to exist."""
+    files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    for name in dict.fromkeys([INDEX_FILE, STORE_FILE, *files]):
+        path = directory / name
+        if not path.is_file():
+            raise UserError(f"{where}: {name} is missing")
+        entry = files.get(name, {})
+        if name != INDEX_FILE and "bytes" in entry:  # the Faiss file may be replaced meanwhile
+            match_record(where, name, entry, path.stat().st_size, None)
+    problem = sqlite_file_problem(directory / STORE_FILE)
+    if problem:
+        raise UserError(f"{where}: {STORE_FILE} {problem}")
+
+
+def open_store(where: str, directory: Path, manifest: dict[str, Any], readonly: bool) -> DocumentStore:
+    """The document store, after the fast checks of every file but the Faiss file's hash."""
+    check_static_files(where, directory, manifest)
+    store: DocumentStore | None = None
+    try:
+        store = DocumentStore(directory / STORE_FILE, readonly=readonly)
+        problems = store.check()
+    except sqlite3.DatabaseError as exc:
+        problems = [str(exc)]
+    if problems:
+        if store is not None:
+            store.close()
+        raise UserError(f"{where}: {STORE_FILE} fails SQLite's quick_check: {problems[0]}")
+    assert store is not None
+    return store
+
+
+def sqlite_file_problem(path: Path) -> str | None:
+    """What is wrong with a SQLite file that SQLite itself may not notice (it reads a missing tail
+    as zeros, and an empty file as an empty database), or None. With a non-empty write-ahead log
+    the main file may lag behind it, so only the header is checked then."""
+    size = path.stat().st_size
+    if size == 0:
+        return "is empty (0 bytes)"
+    with path.open("rb") as handle:
+        header = handle.read(100)
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return "is not a SQLite database"
+    wal = path.with_name(path.name + "-wal")
+    if wal.is_file() and wal.stat().st_size > 0:
+        return None
+    (page_size,) = struct.unpack(">H", header[16:18])
+    page_size = 65536 if page_size == 1 else page_size
+    (changes,), (pages,), (valid_for,) = (struct.unpack(">I", header[i : i + 4]) for i in (24, 28, 92))
+    if size % page_size:
+        return f"is {_num(size)} bytes, not a whole number of {page_size}-byte pages (truncated?)"
+    if changes == valid_for and pages * page_size > size:
+        return f"is {_num(size)} bytes, its header records {_num(pages * page_size)} (truncated?)"
+    return None
+
+
+def verified_index_file(where: str, directory: Path, retries: int = 100) -> tuple[Identity, dict[str, Any]]:
+    """Hash the Faiss file and check it against the manifest; returns (the identity of the file
+    that was checked, the record it matched). Retried when a writer replaced the file meanwhile."""
+    path = directory / INDEX_FILE
+    for _ in range(retries):
+        before = file_identity(path)
+        digest = sha256_file(path)
+        manifest = read_manifest(directory)
+        if file_identity(path) == before:  # that file was in place when the manifest was read
+            entry = manifest.get("files", {}).get(INDEX_FILE)
+            if not isinstance(entry, dict):
+                raise UserError(f"{where}: the manifest no longer records {INDEX_FILE}")
+            return before, match_record(where, INDEX_FILE, entry, before[3], digest)
+    raise UserError(f"{where}: {INDEX_FILE} kept being replaced while it was checked")
+
+
+def replace_index_file(directory: Path, staged: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Rename ``staged`` over the Faiss file with its record kept crash-safe (module docstring).
+    Returns the manifest to write next, which records only the new file; the caller writes it
+    (after the rename any time is safe: until then the manifest on disk accepts both)."""
+    new = record(staged)
+    if has_records(manifest):
+        old = _plain(manifest["files"][INDEX_FILE])
+        files = manifest["files"] | {INDEX_FILE: new | {"replacing": old}}
+        write_manifest(directory, manifest | {"files": files})
+        final = manifest | {"files": manifest["files"] | {INDEX_FILE: new}}
+    else:  # an index written before checksums: it gets them with its next snapshot file
+        log.info("%s: recording checksums of its files from now on", directory)
+        final = manifest | {"files": record_files(directory, {INDEX_FILE: new})}
+    staged.replace(directory / INDEX_FILE)
+    fsync_path(directory)
+    return final
+
+
+def settle(directory: Path, manifest: dict[str, Any], matched: dict[str, Any]) -> dict[str, Any]:
+    """After a crash mid-replacement, record only the Faiss file that is in place (writer only)."""
+    entry = manifest["files"][INDEX_FILE]
+    if "replacing" not in entry:
+        return manifest
+    log.info("%s: settling the record of %s after an interrupted replacement", directory, INDEX_FILE)
+    settled = manifest | {"files": manifest["files"] | {INDEX_FILE: matched}}
+    write_manifest(directory, settled)
+    return settled
+
+
+def remove_stale_temps(directory: Path) -> None:
+    """Temp files a killed writer left (only the writer, holding the lock, may call this)."""
+    for pattern in (f".{INDEX_FILE}*", f"..{INDEX_FILE}*", ".manifest.json.*"):
+        for path in directory.glob(pattern):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def ids_of(index: faiss.Index) -> np.ndarray:
+    """The ids an index holds (IVF lists or an IDMap), without decoding any vector."""
+    if isinstance(index, faiss.IndexIVF):
+        lists = index.invlists
+        parts = [np.zeros(0, dtype=np.int64)]
+        for number in range(index.nlist):
+            size = lists.list_size(number)
+            if size:
+                pointer = lists.get_ids(number)
+                parts.append(faiss.rev_swig_ptr(pointer, size).copy())
+                lists.release_ids(number, pointer)
+        return np.concatenate(parts)
+    mapped = faiss.downcast_index(index)
+    return faiss.vector_to_array(mapped.id_map).astype(np.int64)
+
+
+# One process writes a directory at a time: two writers would each checkpoint a snapshot without
+# the other's vectors and drop the other's log rows with their own, losing acknowledged writes.
+@contextmanager
+def writer_lock_held(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s writer lock for a block, e.g. while the directory is replaced, or
+    refuse as a second writer would be refused."""
+    handle = writer_lock(directory)
+    try:
+        yield
+    finally:
+        handle.close()
+
+
+def writer_lock(directory: Path) -> IO[str]:
+    """Hold the directory's writer lock (released by the kernel if the process dies) or refuse."""
+    handle = (directory / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise UserError(
+            f"{directory} is already open for writing (pid {holder}): "
+            "stop that writer, or write through it (e.g. the service's HTTP API)"
+        ) from None
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
+    return handle
+
+
+def verify_index(directory: Path) -> dict[str, Any]:
+    """The full check of an index directory (each shard of a sharded one; a snapshot's files):
+    every recorded sha256, SQLite's integrity_check, and that the Faiss index holds exactly the
+    stored documents' ids once the change log is replayed. Returns what was checked; UserError
+    names the first problem."""
+    from index.live import LiveIndex
+    from index.snapshot import SNAPSHOT_KIND, check_snapshot
+
+    start, where = time.perf_counter(), f"index {directory}"
+    if not (directory / "manifest.json").is_file():
+        raise UserError(f"not an index directory (no manifest.json): {directory}")
+    manifest = read_manifest(directory)
+    if manifest.get("kind") == "index_shards":
+        shards = [verify_index(directory / name) for name in manifest["shards"]]
+        return {"index": str(directory), "sound": True, "shards": shards}
+    if manifest.get("kind") == SNAPSHOT_KIND:
+        files = check_snapshot(directory)["files"]
+        return {"snapshot": str(directory), "sound": True, "files": dict.fromkeys(files, "sha256 ok")}
+    live = LiveIndex(directory, writable=False)  # sizes, the Faiss file's sha256, quick_check
+    try:
+        files: dict[str, str] = {}
+        if has_records(live.manifest):
+            files[INDEX_FILE] = "sha256 ok"
+            for name, entry in live.manifest["files"].items():
+                if name != INDEX_FILE and "sha256" in entry:
+                    match_record(
+                        where, name, entry, (directory / name).stat().st_size, sha256_file(directory / name)
+                    )
+                    files[name] = "sha256 ok"
+        problems = live.store.check(full=True)
+        if problems:
+            raise UserError(f"{where}: {STORE_FILE} fails SQLite's integrity_check: {problems[0]}")
+        files[STORE_FILE] = "integrity_check ok"
+        counts = _compare_ids(where, live)
+    finally:
+        live.close(checkpoint=False)
+    checksums = (
+        "recorded" if INDEX_FILE in files else "none (written before they were kept; a checkpoint adds them)"
+    )
+    return (
+        {"index": str(directory), "sound": True, "checksums": checksums, "files": files}
+        | counts
+        | {"seconds": round(time.perf_counter() - start, 3)}
+    )
+
+
+def _compare_ids(where: str, live: LiveIndex) -> dict[str, Any]:
+    """Faiss ids against the stored documents' ids, both as of one SQLite state: the index is
+    brought up to the log, then the documents read, and the pair kept only if no other
+    connection committed in between (``PRAGMA data_version``)."""
+    db = live.store.db
+    for _ in range(VERIFY_RETRIES):
+        before = db.execute("PRAGMA data_version").fetchone()[0]
+        live.refresh()
+        db.execute("BEGIN")
+        try:
+            stored = np.fromiter((row[0] for row in db.execute("SELECT int_id FROM docs")), dtype=np.int64)
+            logged = int(db.execute("SELECT COUNT(*) FROM changes").fetchone()[0])
+            after = db.execute("PRAGMA data_version").fetchone()[0]
+        finally:
+            db.execute("COMMIT")
+        if after == before:
+            break
+    else:
+        raise BusyError(f"{where}: writes kept landing while it was compared; verify it again")
+    held = ids_of(live.index)
+    if len(held) != len(stored) or not np.array_equal(np.sort(held), np.sort(stored)):
+        missing, extra = np.setdiff1d(stored, held), np.setdiff1d(held, stored)
+        raise UserError(
+            f"{where}: the Faiss index holds {_num(len(held))} vectors and the store {_num(len(stored))} "
+            f"documents once {logged} logged changes are replayed ({len(missing)} documents without a "
+            f"vector, {len(extra)} vectors without a document)"
+        )
+    return {"ntotal": len(held), "documents": len(stored), "logged_changes": logged}
