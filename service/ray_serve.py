@@ -1,6 +1,6 @@
 """``distilembed serve --engine ray``: the same FastAPI app (``service.app.create_app``) on Ray Serve.
 
-Two deployments:
+The deployments:
 
 * ``Api``, the ingress: ``replicas`` copies (or autoscaled on requests in flight), each with its
   own encoder and micro-batcher and a read-only copy of the index (``ReplicaIndex``): embeddings,
@@ -10,6 +10,9 @@ Two deployments:
   ``DeploymentHandle``; its answers come back as values and raise the same errors as in a local
   service. The ``Api`` replicas pick its changes up from the index directory (``LiveIndex.refresh``),
   so every replica and the writer must see that directory on one machine's filesystem.
+* For a sharded index (``distilembed index shard``), no writer: one ``IndexShard`` deployment per
+  shard, each holding that shard alone, and ``Api`` replicas that hold no index. A search goes to
+  every shard in parallel and their top-k are merged (``index.shards.ShardedIndex``).
 
 For ``serve run``/``serve deploy`` the import path is ``service.ray_serve:app_builder``, which takes
 the settings as args (strings, as in a Serve config file). Imports Ray: load it only for that engine.
@@ -23,7 +26,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from ray import serve
@@ -36,8 +39,15 @@ from distilembed.errors import UserError
 from service.app import bundle_sha256, create_app, load_encoder, load_index
 from service.batcher import EncoderLike
 from service.errors import ApiError
-from service.replica_index import Outcome, ReplicaIndex, run_write
+from service.replica_index import Outcome, ReplicaIndex, run_write, unwrap
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from index.live import Hit
+    from index.shards import ShardedIndex
+    from index.store import Document
 
 log = logging.getLogger("distilembed.service")
 APP_NAME = "distilembed"
@@ -68,18 +78,98 @@ class IndexWriter:
             index.close()  # checkpoints
 
 
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class IndexShard:
+    """One shard of a sharded index, read-only, in its own process: 1/N of the lists in memory."""
+
+    def __init__(self, settings: Settings, directory: Path) -> None:
+        from index.live import open_for_bundle
+
+        dim = int(read_manifest(settings.bundle)["dim"])
+        self.index = open_for_bundle(
+            directory, dim, bundle_sha256(settings.bundle), settings.nprobe, writable=False
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The shard's manifest and effective nprobe (the ``Api`` reports the first shard's)."""
+        return self.index.manifest | {"nprobe": self.index.nprobe}
+
+    def search(
+        self, queries: np.ndarray, k: int, nprobe: int | None, where: dict[str, Any] | None
+    ) -> Outcome:
+        return _as_outcome(self.index.search, queries, k, nprobe, where)
+
+    def get(self, ext_id: str) -> Document | None:
+        return self.index.get(ext_id)
+
+    def __del__(self) -> None:
+        index = getattr(self, "index", None)
+        if index is not None:
+            index.close(checkpoint=False)
+
+
+def _as_outcome(fn: Any, *args: Any) -> Outcome:
+    try:
+        return "ok", fn(*args)
+    except UserError as exc:  # e.g. a bad filter: the caller raises it again (422), not a crash
+        return "user", str(exc)
+
+
+class ShardHandle:
+    """``ShardSearcher`` over an ``IndexShard`` deployment (called from worker threads, never the
+    replica's event loop)."""
+
+    def __init__(self, handle: DeploymentHandle) -> None:
+        self.handle = handle
+
+    def search(
+        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+    ) -> list[list[Hit]]:
+        return unwrap(_result(self.handle.search.remote(queries, k, nprobe, where), "an index shard"))
+
+    def get(self, ext_id: str) -> Document | None:
+        return _result(self.handle.get.remote(ext_id), "an index shard")
+
+
+def _result(response: Any, what: str) -> Any:
+    """A deployment call's value; a deployment that is gone is a 503 (not a bug in the request).
+    No timeout: a retrain may run for minutes, and Ray reports a replica that died."""
+    try:
+        return response.result()
+    except (RayActorError, RayServeException) as exc:
+        log.warning("%s is unavailable: %s", what, exc)
+        raise ApiError(503, f"{what} is unavailable; retry", "unavailable", {"Retry-After": "1"}) from exc
+
+
+def sharded_over(handles: list[DeploymentHandle], manifest: dict[str, Any]) -> ShardedIndex:
+    """The index an ``Api`` replica searches: every shard deployment, top-k merged."""
+    from index.shards import ShardedIndex
+
+    first = handles[0].describe.remote().result()
+    return ShardedIndex([ShardHandle(h) for h in handles], manifest | {"first_shard": first}, lambda: None)
+
+
 @serve.deployment
 @serve.ingress()
 class Api:
     """One API replica: encoder, batcher and a read-only index copy, served by ``create_app``."""
 
-    async def __init__(self, settings: Settings, writer: DeploymentHandle | None = None) -> None:
+    async def __init__(
+        self,
+        settings: Settings,
+        writer: DeploymentHandle | None = None,
+        shards: list[DeploymentHandle] | None = None,
+    ) -> None:
         self.settings = settings
         self.encoder: EncoderLike = await asyncio.to_thread(load_encoder, settings)
-        self.index: ReplicaIndex | None = None
+        self.index: ReplicaIndex | ShardedIndex | None = None
         if writer is not None:
             await writer.ready.remote()  # it has created the index if it was asked to
             self.index = await asyncio.to_thread(self._open_index, writer)
+        elif shards:
+            assert settings.index_dir is not None
+            manifest = read_manifest(settings.index_dir)
+            self.index = await asyncio.to_thread(sharded_over, shards, manifest)
 
     def _open_index(self, writer: DeploymentHandle) -> ReplicaIndex:
         from index.live import open_for_bundle
@@ -91,15 +181,8 @@ class Api:
         )
 
         def write(method: str, args: tuple[Any, ...]) -> Outcome:
-            # Called from the route's thread pool, never the replica's event loop. No timeout: a
-            # retrain may run for minutes, and Ray reports a writer that died.
-            try:
-                return writer.write.remote(method, args).result()
-            except (RayActorError, RayServeException) as exc:  # not a bug in the write: no writer
-                log.warning("the index writer is unavailable: %s", exc)
-                raise ApiError(
-                    503, "the index writer is unavailable; retry", "unavailable", {"Retry-After": "1"}
-                ) from exc
+            # Called from the route's thread pool, never the replica's event loop.
+            return _result(writer.write.remote(method, args), "the index writer")
 
         return ReplicaIndex(local, write, s.refresh_ms, s.refresh_on_search)
 
@@ -136,12 +219,23 @@ def api_options(settings: Settings) -> dict[str, Any]:
 
 
 def build_app(settings: Settings) -> serve.Application:
-    """The Serve application: ``Api`` replicas and, with an index, the ``IndexWriter``."""
+    """The Serve application: ``Api`` replicas and, with an index, the ``IndexWriter`` (or, for a
+    sharded index, one ``IndexShard`` deployment per shard)."""
+    from index.shards import is_sharded
+
     settings = replica_settings(settings)
-    writer = None
-    if settings.index_dir is not None:
-        writer = IndexWriter.options(graceful_shutdown_timeout_s=settings.shutdown_timeout_s).bind(settings)
-    return Api.options(**api_options(settings)).bind(settings, writer)
+    api = Api.options(**api_options(settings))
+    if settings.index_dir is None:
+        return api.bind(settings)
+    if is_sharded(settings.index_dir):
+        names = read_manifest(settings.index_dir)["shards"]
+        shards = [
+            IndexShard.options(name=f"IndexShard-{number}").bind(settings, settings.index_dir / name)
+            for number, name in enumerate(names)
+        ]
+        return api.bind(settings, None, shards)
+    writer = IndexWriter.options(graceful_shutdown_timeout_s=settings.shutdown_timeout_s).bind(settings)
+    return api.bind(settings, writer)
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:
@@ -162,10 +256,15 @@ def check_locally(settings: Settings) -> None:
             load_index(settings, encoder.dim, None)  # raises the local service's message
         return
     from index.live import open_for_bundle
+    from index.shards import is_sharded, open_sharded
 
-    open_for_bundle(
-        settings.index_dir, encoder.dim, bundle_sha256(settings.bundle), settings.nprobe, writable=False
-    ).close(checkpoint=False)
+    sha = bundle_sha256(settings.bundle)
+    if is_sharded(settings.index_dir):
+        open_sharded(settings.index_dir, encoder.dim, sha, settings.nprobe).close()
+        return
+    open_for_bundle(settings.index_dir, encoder.dim, sha, settings.nprobe, writable=False).close(
+        checkpoint=False
+    )
 
 
 def local_cluster_env(settings: Settings) -> dict[str, str]:
