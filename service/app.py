@@ -12,20 +12,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
 
 from distilembed.artifacts import sha256_file, tool_versions
 from distilembed.errors import UserError
-from service import errors
+from service import errors, openapi
+from service.auth import KeyRing, require_read, require_write
 from service.batcher import Batcher, EncoderLike
 from service.metrics import Metrics, directory_size
 from service.middleware import ObservabilityMiddleware, PayloadLimitMiddleware
 from service.routes_embed import router as embed_router
-from service.routes_index import router as index_router
+from service.routes_index import read_router as index_read_router
+from service.routes_index import write_router as index_write_router
+from service.routes_ops import info_router, metrics_router
 from service.routes_ops import router as ops_router
 from service.settings import Settings
-from service.state import IndexLike, ServiceState, bundle_path, require_key
+from service.state import IndexLike, ServiceState, bundle_path
 
 log = logging.getLogger("distilembed.service")
 VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "fastapi", "uvicorn")
@@ -89,6 +92,7 @@ async def _startup(state: ServiceState) -> None:
     state.bundle_sha256 = await asyncio.to_thread(bundle_sha256, bundle)
     if state.index is None:
         state.index = await asyncio.to_thread(load_index, s, encoder.dim, state.bundle_sha256)
+        state.owns_index = state.index is not None
     index = state.index
     if index is not None and index.dim != encoder.dim:
         raise UserError(f"the bundle gives {encoder.dim}-d vectors but the index holds {index.dim}-d vectors")
@@ -124,6 +128,8 @@ async def _shutdown(state: ServiceState) -> None:
         await state.batcher.aclose(state.settings.shutdown_timeout_s)
     if state.index is not None:
         await asyncio.to_thread(state.index.close)
+        if state.owns_index:  # a later start (a restarted lifespan) opens it again
+            state.index, state.owns_index = None, False
     log.info("shut down")
 
 
@@ -153,14 +159,24 @@ def create_app(
         version=tool_versions("distilembed").get("distilembed", "0"),
         lifespan=lifespan,
     )
-    app.state.service = ServiceState(settings=settings, metrics=metrics, encoder=encoder, index=index)
+    state = ServiceState(settings=settings, metrics=metrics, encoder=encoder, index=index)
+    app.state.service = state
     errors.install(app)
+    # The key checks are dependencies only when keys are set: FastAPI resolves dependencies on every
+    # request, the hot routes should not pay for a check that cannot fail, and the OpenAPI document
+    # should not promise a 401 that never comes.
+    app.state.keys = keys = KeyRing.from_settings(settings)
+    read = {"dependencies": [Security(require_read)], "responses": errors.documented(401)}
+    write = {"dependencies": [Security(require_write)], "responses": errors.documented(401, 403)}
+    if not keys.enabled:
+        read = write = {}
     app.include_router(ops_router)
-    # The key check is a dependency only when a key is set: FastAPI resolves dependencies on every
-    # request, and the hot routes should not pay for a check that cannot fail.
-    keyed = [Depends(require_key)] if settings.api_key is not None else []
-    app.include_router(embed_router, dependencies=keyed)
-    app.include_router(index_router, dependencies=keyed)
+    app.include_router(info_router, **read)
+    app.include_router(metrics_router, **(read if settings.metrics_require_key else {}))
+    app.include_router(embed_router, **read)
+    app.include_router(index_read_router, **read)
+    app.include_router(index_write_router, **write)
+    openapi.install(app, settings, lambda: state.encoder.dim if state.encoder is not None else None)
     app.add_middleware(PayloadLimitMiddleware, limit=settings.max_payload_bytes)
     if settings.cors_origins:
         app.add_middleware(
@@ -170,6 +186,7 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
             expose_headers=["X-Took-Ms", "Retry-After"],
         )
-    routes = [*ops_router.routes, *embed_router.routes, *index_router.routes]
+    routes = [r for router in (ops_router, info_router, metrics_router, embed_router) for r in router.routes]
+    routes += [*index_read_router.routes, *index_write_router.routes]
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, routes=routes)
     return app

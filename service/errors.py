@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from distilembed.errors import BusyError, UserError
 
@@ -56,18 +57,72 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request, exc.status, exc.message, exc.kind, exc.headers)
 
 
+NOT_JSON = "the request body is not valid JSON"
+
+
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
-    kind = "invalid_json" if any(e.get("type") == "json_invalid" for e in errors) else "validation_error"
-    return error_response(request, 422, _describe(errors), kind)
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return error_response(request, 400, NOT_JSON, "invalid_json")
+    return error_response(request, 422, _describe(errors), "validation_error")
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path (Starlette's 405 names only the first route's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:  # FastAPI's answer to a body it could not decode
+        return error_response(request, 400, NOT_JSON, "invalid_json")
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
     kinds = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
     kind = kinds.get(exc.status_code, "http_error")
-    return error_response(request, exc.status_code, str(exc.detail), kind, exc.headers)
+    return error_response(request, exc.status_code, str(exc.detail), kind, headers)
+
+
+ERROR_DESCRIPTIONS = {
+    400: "The body is not valid JSON.",
+    401: "No API key, or an unknown one.",
+    403: "The API key may read but not write.",
+    404: "No such document, or no index configured.",
+    409: "The index is read-only here, or busy (a retrain or snapshot is running).",
+    413: "The body, or the number of texts or documents, is over the limit.",
+    415: "The body is not `Content-Type: application/json`.",
+    422: "The request breaks the schema or a limit of this server (the message says which).",
+    429: "Too many texts are waiting for the encoder; retry after `Retry-After` seconds.",
+    503: "Not ready yet, shutting down, or a part of the cluster is unavailable; retry.",
+}
+
+
+def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: each error status it can return, with the error body."""
+    from service.schemas import ErrorBody
+
+    return {code: {"model": ErrorBody, "description": ERROR_DESCRIPTIONS[code]} for code in codes}
+
+
+JSON_TYPES = ("application/json",)
+
+
+async def require_json(request: Request) -> None:
+    """415 for a body route called with another content type (TEI does the same)."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media not in JSON_TYPES and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(
+            415,
+            f"send the body as Content-Type: application/json, not {media or 'no type'}",
+            "unsupported_media_type",
+        )
 
 
 async def _user_error(request: Request, exc: Exception) -> JSONResponse:

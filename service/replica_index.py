@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from index.store import Document
 
 log = logging.getLogger("distilembed.service")
-WRITES = frozenset({"upsert", "delete", "retrain", "checkpoint"})
+WRITES = frozenset({"upsert", "delete", "retrain", "checkpoint", "snapshot"})
 # A write's result crosses the process boundary as a value: ("ok", result), or ("busy" | "user",
 # message) for the errors the API maps to 409 and 422; anything else is a bug and raises.
 Outcome = tuple[str, Any]
@@ -132,6 +133,10 @@ class ReplicaIndex:
         self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
     ) -> dict[str, Any]:
         return self._forwarded("retrain", nlist, storage, flat_below, seed)
+
+    def snapshot(self, out: Path) -> dict[str, Any]:
+        """Taken by the writer: its lock pins the instant (every write acknowledged before is in)."""
+        return dict(unwrap(self._write("snapshot", (out,))))
 
     def close(self) -> None:
         """Stop refreshing and close the local copy (the writer checkpoints, not a replica)."""

@@ -9,17 +9,15 @@ from __future__ import annotations
 import base64
 
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 
-from service.errors import payload_too_large, took_ms, validation
+from service.errors import documented, payload_too_large, require_json, took_ms, validation
 from service.responses import FastJSONResponse
-from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, ErrorBody, SimilarityRequest
+from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, SimilarityRequest
 from service.state import State
 
-ERRORS: dict[int | str, dict] = {
-    code: {"model": ErrorBody} for code in (401, 413, 422, 429, 503)
-}  # fmt: skip
-router = APIRouter(responses=ERRORS)  # create_app adds the API-key dependency when a key is set
+# Every route takes a JSON body; create_app adds the read-key check when keys are set.
+router = APIRouter(dependencies=[Depends(require_json)], responses=documented(400, 413, 415, 422, 429, 503))
 
 
 def _as_list(value: str | list[str]) -> list[str]:

@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from index.store import Document
-from service.errors import ApiError, took_ms, validation
+from service.errors import ApiError, documented, require_json, took_ms, validation
 from service.schemas import (
     DeleteResponse,
     DocumentOut,
-    ErrorBody,
     RetrainRequest,
     RetrainResponse,
     SearchRequest,
     SearchResponse,
     SearchResult,
+    SnapshotResponse,
     UpsertRequest,
     UpsertResponse,
 )
 from service.state import ServiceState, State, index_info
 
-ERRORS: dict[int | str, dict] = {code: {"model": ErrorBody} for code in (401, 404, 409, 413, 422, 429, 503)}
-router = APIRouter(responses=ERRORS, tags=["index"])  # create_app adds the API-key dependency
+# create_app adds the key checks: read keys for read_router, write keys for write_router.
+read_router = APIRouter(tags=["index"])
+write_router = APIRouter(tags=["index"])
+JSON_BODY = [Depends(require_json)]
 
 
 def _not_found(doc_id: str) -> ApiError:
@@ -36,17 +39,23 @@ async def _query_vector(body: SearchRequest, state: ServiceState, dim: int) -> n
     if body.vector is not None:
         if len(body.vector) != dim:
             raise validation(f"vector has {len(body.vector)} dimensions; the index holds {dim}-d vectors")
-        vector = np.asarray([body.vector], dtype=np.float32)
-        norm = float(np.linalg.norm(vector))
-        if not np.isfinite(norm) or norm == 0:
-            raise validation("vector must be finite and non-zero")
-        return vector / norm
+        vector = np.asarray([body.vector], dtype=np.float64)
+        scale = float(np.abs(vector).max())
+        if scale == 0:
+            return vector.astype(np.float32)  # all zeros: every score is 0
+        vector /= scale  # any finite JSON number, even 1e300, normalises without overflow
+        return (vector / np.linalg.norm(vector)).astype(np.float32)
     assert body.query is not None
     embedded = await state.embed(state.check_texts([body.query], body.truncate))
     return embedded.vectors
 
 
-@router.post("/search", response_model=SearchResponse)
+@read_router.post(
+    "/search",
+    response_model=SearchResponse,
+    dependencies=JSON_BODY,
+    responses=documented(400, 404, 413, 415, 422, 429, 503),
+)
 async def search(body: SearchRequest, request: Request, state: State) -> SearchResponse:
     """Top-k documents for a query text or a vector (scores are cosines), with an optional metadata filter."""
     index = state.require_index()
@@ -64,7 +73,12 @@ async def search(body: SearchRequest, request: Request, state: State) -> SearchR
     return SearchResponse(results=results, took_ms=took_ms(request))
 
 
-@router.post("/documents", response_model=UpsertResponse)
+@write_router.post(
+    "/documents",
+    response_model=UpsertResponse,
+    dependencies=JSON_BODY,
+    responses=documented(400, 404, 409, 413, 415, 422, 429, 503),
+)
 async def upsert_documents(body: UpsertRequest, request: Request, state: State) -> UpsertResponse:
     """Embed and insert or replace documents by id. The answer comes after the index made them durable."""
     index = state.require_index()
@@ -75,8 +89,9 @@ async def upsert_documents(body: UpsertRequest, request: Request, state: State) 
     return UpsertResponse(added=added, replaced=replaced, took_ms=took_ms(request))
 
 
-@router.get("/documents/{doc_id:path}", response_model=DocumentOut)
+@read_router.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=documented(404, 503))
 async def get_document(doc_id: str, request: Request, state: State) -> DocumentOut:
+    """A document by id: its text and metadata."""
     index = state.require_index()
     doc = await run_in_threadpool(index.get, doc_id)
     if doc is None:
@@ -84,8 +99,11 @@ async def get_document(doc_id: str, request: Request, state: State) -> DocumentO
     return DocumentOut(id=doc.id, text=doc.text, metadata=doc.metadata, took_ms=took_ms(request))
 
 
-@router.delete("/documents/{doc_id:path}", response_model=DeleteResponse)
+@write_router.delete(
+    "/documents/{doc_id:path}", response_model=DeleteResponse, responses=documented(404, 409, 503)
+)
 async def delete_document(doc_id: str, request: Request, state: State) -> DeleteResponse:
+    """Delete a document by id; durable when answered."""
     index = state.require_index()
     deleted = await run_in_threadpool(index.delete, [doc_id])
     if doc_id not in deleted:
@@ -93,10 +111,37 @@ async def delete_document(doc_id: str, request: Request, state: State) -> Delete
     return DeleteResponse(deleted=doc_id, took_ms=took_ms(request))
 
 
-@router.post("/index/retrain", response_model=RetrainResponse)
+@write_router.post(
+    "/index/retrain",
+    response_model=RetrainResponse,
+    dependencies=JSON_BODY,
+    responses=documented(400, 404, 409, 413, 415, 422, 503),
+)
 async def retrain_index(body: RetrainRequest, request: Request, state: State) -> RetrainResponse:
     """Train a new IVF on the vectors the index holds and swap it in (same ids, nothing re-encoded).
     Searches and writes go on meanwhile; a second retrain while one runs gets 409."""
     index = state.require_index()
     manifest = await run_in_threadpool(index.retrain, body.nlist, body.storage, body.flat_below)
     return RetrainResponse(index=index_info(index), retrained=manifest["retrained"], took_ms=took_ms(request))
+
+
+@write_router.post("/index/snapshot", response_model=SnapshotResponse, responses=documented(404, 409, 503))
+async def snapshot_index(request: Request, state: State) -> SnapshotResponse:
+    """A consistent copy of the index, taken while it serves and is written: every write acknowledged
+    before this request is in it, none acknowledged after its answer. Restore it with
+    ``distilembed index restore``. 409 while a retrain runs."""
+    index = state.require_index()
+    root = state.settings.snapshots
+    assert root is not None  # an index is configured
+    name = f"snapshot-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+    await run_in_threadpool(root.mkdir, parents=True, exist_ok=True)
+    manifest = await run_in_threadpool(index.snapshot, root / name)
+    size = sum(int(f.get("bytes", 0)) for f in manifest.get("files", {}).values())
+    return SnapshotResponse(
+        name=name,
+        path=str(root / name),
+        created=str(manifest.get("created", "")),
+        ntotal=int(manifest.get("ntotal", 0)),
+        bytes=size,
+        took_ms=took_ms(request),
+    )

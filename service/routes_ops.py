@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.errors import took_ms
-from service.schemas import ErrorBody, Health, Info, Ready
-from service.state import State, index_info, require_key
+from service.errors import documented, took_ms
+from service.schemas import Health, Info, Ready
+from service.state import State, index_info
 
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"])  # always open: probes carry no key
+info_router = APIRouter(tags=["operations"])  # a read key, when keys are set
+metrics_router = APIRouter(tags=["operations"])  # a read key with metrics_require_key
 
 
 @router.get("/health", response_model=Health)
@@ -26,18 +28,19 @@ async def ready(request: Request, state: State) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=200 if state.ready else 503)
 
 
-@router.get("/metrics", response_class=Response)
+@metrics_router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}},
+)
 async def metrics(state: State) -> Response:
+    """Prometheus text format."""
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get(
-    "/info",
-    response_model=Info,
-    dependencies=[Depends(require_key)],
-    responses={401: {"model": ErrorBody}, 503: {"model": ErrorBody}},
-)
+@info_router.get("/info", response_model=Info, responses=documented(503))
 async def info(request: Request, state: State) -> Info:
+    """The model, the index and this server's limits."""
     encoder, _ = state.require_encoder()
     index = None
     if state.index is not None:

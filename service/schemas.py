@@ -6,21 +6,57 @@ routes, so the pydantic models only hold what is true for every deployment.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
+T = TypeVar("T")
 Text = Annotated[str, Field(min_length=1)]
 Texts = Annotated[list[Text], Field(min_length=1)]
 MetaValue = str | int | float | bool | None
 
 
+def _not_null(value: object) -> object:
+    if value is None:
+        raise ValueError("must not be null (leave the field out for its default)")
+    return value
+
+
+def _integral(value: object) -> object:
+    """JSON Schema's integer includes 3.0; strict pydantic would refuse it."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Integer = Annotated[int, BeforeValidator(_integral)]
+Positive = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # "default": null would contradict the field's non-null type
+
+
+# A field that may be left out but is never null: the schema says so, and validation agrees.
+Omittable = Annotated[
+    T | SkipJsonSchema[None], BeforeValidator(_not_null), Field(json_schema_extra=_no_default)
+]
+Pair = Annotated[list[Text], Field(min_length=2, max_length=2)]
+
+
+def exactly_one_of(*fields: str) -> dict[str, Any]:
+    return {"oneOf": [{"required": [name]} for name in fields]}
+
+
+# strict: no coercion (`"truncate": 0` is not `false`, `"top_k": "5"` is not 5), as the schema says.
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # our own routes: a misspelt field is an error
+    model_config = ConfigDict(extra="forbid", strict=True)  # our own routes: a misspelt field is an error
 
 
 class Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # OpenAI/TEI clients send fields this server does not use
+    # OpenAI/TEI clients send fields this server does not use
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 # OpenAI /v1/embeddings
@@ -30,8 +66,8 @@ class EmbeddingRequest(Lenient):
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="`base64`: little-endian float32 bytes, base64-encoded."
     )
-    dimensions: int | None = Field(
-        None, ge=1, description="Keep the first N dimensions (N <= model dim), then re-normalise."
+    dimensions: Positive | None = Field(
+        None, description="Keep the first N dimensions (N <= model dim), then re-normalise."
     )
 
 
@@ -67,8 +103,11 @@ class SimilarityInputs(Lenient):
 
 
 class SimilarityRequest(Lenient):
-    inputs: SimilarityInputs | None = Field(None, description="TEI shape: one source against sentences.")
-    pairs: Annotated[list[tuple[Text, Text]], Field(min_length=1)] | None = Field(
+    """Exactly one of `inputs` (TEI) or `pairs`."""
+
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("inputs", "pairs"))
+    inputs: Omittable[SimilarityInputs] = Field(None, description="TEI shape: one source against sentences.")
+    pairs: Omittable[Annotated[list[Pair], Field(min_length=1)]] = Field(
         None, description="Pairs mode: the cosine of each [a, b]."
     )
     truncate: bool = False
@@ -82,10 +121,17 @@ class SimilarityRequest(Lenient):
 
 # search and documents
 class SearchRequest(Strict):
-    query: Text | None = None
-    vector: Annotated[list[float], Field(min_length=1)] | None = None
-    top_k: int | None = Field(None, description="1..max_top_k (default from settings).")
-    nprobe: int | None = Field(None, ge=1, le=1 << 16, description="IVF lists to probe (default: index's).")
+    """Exactly one of `query` (a text to embed) or `vector` (unit length or not; it is normalised)."""
+
+    model_config = ConfigDict(json_schema_extra=exactly_one_of("query", "vector"))
+    query: Omittable[Text] = None
+    vector: Omittable[Annotated[list[float], Field(min_length=1)]] = Field(
+        None, description="A query vector of the index's dimension."
+    )
+    top_k: Positive | None = Field(None, description="1..max_top_k (default from settings).")
+    nprobe: Annotated[int, Field(ge=1, le=1 << 16), BeforeValidator(_integral)] | None = Field(
+        None, description="IVF lists to probe (default: index's)."
+    )
     filter: dict[str, MetaValue] | None = Field(None, description="Metadata equality filter.")
     with_text: bool = True
     truncate: bool = False
@@ -156,15 +202,24 @@ class IndexInfo(BaseModel):
     dim: int
 
 
-class RetrainRequest(BaseModel):
-    nlist: int = Field(1024, ge=1, le=1 << 16, description="lists wanted; lowered for a small index")
-    storage: Literal["float32", "sq8"] | None = Field(None, description="default: keep the current one")
-    flat_below: int = Field(10_000, ge=0, description="fewer vectors than this: exact search")
+class RetrainRequest(Strict):
+    nlist: Integer = Field(1024, ge=1, le=1 << 16, description="lists wanted; lowered for a small index")
+    storage: Omittable[Literal["float32", "sq8"]] = Field(None, description="left out: keep the current one")
+    flat_below: Integer = Field(10_000, ge=0, description="fewer vectors than this: exact search")
 
 
 class RetrainResponse(BaseModel):
     index: IndexInfo
     retrained: dict[str, Any]
+    took_ms: float
+
+
+class SnapshotResponse(BaseModel):
+    name: str = Field(description="The snapshot's directory name under the snapshot directory.")
+    path: str
+    created: str
+    ntotal: int
+    bytes: int = Field(description="Total size of the snapshot's files.")
     took_ms: float
 
 

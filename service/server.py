@@ -1,11 +1,15 @@
-"""Run the app under uvicorn: one worker, readiness off as soon as a stop signal arrives, then drain."""
+"""Run the app under uvicorn: one worker; on SIGTERM or SIGINT readiness turns off at once, uvicorn
+stops accepting, the requests in flight finish (up to ``shutdown_timeout_s``), the lifespan drains
+the encoder queue and checkpoints the index, and a SIGTERM stop exits 0."""
 
 from __future__ import annotations
 
 import logging
+import signal
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from distilembed.errors import UserError
 from service.app import bundle_sha256, create_app, load_encoder, load_index
@@ -26,13 +30,23 @@ class _Server(uvicorn.Server):
         self.service_state.ready = False
         self.service_state.metrics.ready.set(0)
         super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM:
+            # uvicorn raises a captured signal again once it has shut down, which would end the
+            # process by SIGTERM (exit 143) after a clean drain; a SIGTERM stop is a normal exit.
+            captured = getattr(self, "_captured_signals", [])
+            while signal.SIGTERM in captured:
+                captured.remove(signal.SIGTERM)
 
 
-def run(settings: Settings) -> None:
-    # Load before the server starts so a bad bundle or index fails with one line, not a traceback.
+def build_server(settings: Settings) -> _Server:
+    """Load the bundle and the index, then the server (not started): a bad bundle or index fails
+    here with one line, not in a traceback from the lifespan."""
     encoder = load_encoder(settings)
     index = load_index(settings, encoder.dim, bundle_sha256(settings.bundle))
-    app = create_app(settings, encoder=encoder, index=index)
+    return server_for(create_app(settings, encoder=encoder, index=index), settings)
+
+
+def server_for(app: FastAPI, settings: Settings) -> _Server:
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -45,7 +59,11 @@ def run(settings: Settings) -> None:
         lifespan="on",
         http=CoalescingHttpToolsProtocol,
     )
-    server = _Server(config, app.state.service)
+    return _Server(config, app.state.service)
+
+
+def run(settings: Settings) -> None:
+    server = build_server(settings)
     server.run()
     if not server.started:
         raise UserError("the server did not start (see the log above)")

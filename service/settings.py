@@ -16,6 +16,9 @@ class Settings(BaseSettings):
     variant: Literal["int8", "fp32"] = "int8"
     model_name: str | None = Field(None, description="Name reported as `model` (default: bundle dir name).")
     index_dir: Path | None = Field(None, description="Live index directory; unset = no search/documents.")
+    snapshot_dir: Path | None = Field(
+        None, description="Where POST /index/snapshot writes (default: <index_dir>-snapshots beside it)."
+    )
     create_index: bool = Field(
         False, description="Create an empty index at index_dir when there is none (documents come by upsert)."
     )
@@ -35,8 +38,17 @@ class Settings(BaseSettings):
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill under concurrent load.")
     max_payload_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="Largest request body; more = 413.")
     api_key: SecretStr | None = Field(
-        None, description="If set, required as `Authorization: Bearer` or X-API-Key."
+        None, description="One key that reads and writes (as `Authorization: Bearer` or X-API-Key)."
     )
+    read_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated keys for embed, similarity, search, GET documents and info.",
+    )
+    write_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated keys for upsert, delete, retrain and snapshot (they read too).",
+    )
+    metrics_require_key: bool = Field(False, description="/metrics needs a read key (when keys are set).")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Comma-separated.")
     nprobe: int | None = Field(None, ge=1, description="Default IVF nprobe (default: the index manifest's).")
     default_top_k: int = Field(10, ge=1)
@@ -77,9 +89,9 @@ class Settings(BaseSettings):
         True, description="Ray: apply the writer's committed changes before each search (read-your-writes)."
     )
 
-    @field_validator("cors_origins", mode="before")
+    @field_validator("cors_origins", "read_keys", "write_keys", mode="before")
     @classmethod
-    def _split_origins(cls, value: object) -> object:
+    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
@@ -90,7 +102,14 @@ class Settings(BaseSettings):
         return None if value == "" else value
 
     @field_validator(
-        "index_dir", "threads", "nprobe", "model_name", "ray_address", "autoscale_max", mode="before"
+        "index_dir",
+        "snapshot_dir",
+        "threads",
+        "nprobe",
+        "model_name",
+        "ray_address",
+        "autoscale_max",
+        mode="before",
     )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
@@ -106,6 +125,13 @@ class Settings(BaseSettings):
         if self.autoscale_max is not None and self.autoscale_max < self.replicas:
             raise ValueError(f"autoscale_max ({self.autoscale_max}) is below replicas ({self.replicas})")
         return self
+
+    @property
+    def snapshots(self) -> Path | None:
+        """The directory snapshots go to, beside the index (never inside it)."""
+        if self.snapshot_dir is not None or self.index_dir is None:
+            return self.snapshot_dir
+        return self.index_dir.parent / f"{self.index_dir.name}-snapshots"
 
     @property
     def served_model_name(self) -> str:

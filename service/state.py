@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import numpy as np
-from fastapi import Depends, Request, Security
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, Request
 
 from service.batcher import Batcher, BatcherClosedError, Embedded, EncoderLike, QueueFullError
-from service.errors import ApiError, payload_too_large, validation
+from service.errors import ApiError, payload_too_large
 from service.metrics import Metrics
 from service.schemas import IndexInfo
 from service.settings import Settings
@@ -51,6 +49,8 @@ class IndexLike(Protocol):
         self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
     ) -> dict[str, Any]: ...
 
+    def snapshot(self, out: Path) -> dict[str, Any]: ...
+
     def close(self) -> None: ...
 
 
@@ -60,6 +60,7 @@ class ServiceState:
     metrics: Metrics
     encoder: EncoderLike | None = None
     index: IndexLike | None = None
+    owns_index: bool = False  # opened by the lifespan (not given): closed and dropped at shutdown
     batcher: Batcher | None = None
     ready: bool = False
     model: str = ""
@@ -85,7 +86,7 @@ class ServiceState:
             return [t[: limits.max_chars] for t in texts]
         for i, text in enumerate(texts):
             if len(text) > limits.max_chars:
-                raise validation(
+                raise payload_too_large(
                     f"text {i} has {len(text)} characters; the limit is {limits.max_chars} "
                     "(pass truncate: true to cut it)"
                 )
@@ -117,21 +118,6 @@ async def _state_dependency(request: Request) -> ServiceState:
 
 
 State = Annotated[ServiceState, Depends(_state_dependency)]
-_bearer = HTTPBearer(auto_error=False, description="The API key, when the server has one.")
-_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="The API key (alternative).")
-
-
-async def require_key(
-    request: Request,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
-    header: Annotated[str | None, Security(_header)],
-) -> None:
-    expected = get_state(request).settings.api_key
-    if expected is None:
-        return
-    given = bearer.credentials if bearer is not None else header
-    if not given or not secrets.compare_digest(given.encode(), expected.get_secret_value().encode()):
-        raise ApiError(401, "missing or wrong API key", "unauthorized", {"WWW-Authenticate": "Bearer"})
 
 
 def bundle_path(encoder: EncoderLike, settings: Settings) -> Path:

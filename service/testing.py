@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import zlib
 from collections.abc import Sequence
@@ -132,6 +133,23 @@ class FakeIndex:
         self.kind, self.nlist = plan.index_type, plan.nlist
         self.manifest |= {"index_type": self.kind, "nlist": self.nlist, "retrained": {"from": before}}
         return self.manifest
+
+    def snapshot(self, out: str | Path) -> dict[str, Any]:
+        """The documents as JSON in ``out`` (a new directory), with a manifest like LiveIndex's."""
+        if self.busy:
+            raise BusyError("a retrain is running")
+        out = Path(out)
+        out.mkdir(parents=True)
+        with self._lock:
+            ids = sorted(self.docs)
+        (out / "ids.json").write_text(json.dumps(ids))
+        size = (out / "ids.json").stat().st_size
+        return {
+            "kind": "index_snapshot",
+            "created": "now",
+            "ntotal": len(ids),
+            "files": {"ids.json": {"bytes": size}},
+        }
 
     def close(self) -> None:
         self.closed = True

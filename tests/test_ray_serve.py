@@ -188,12 +188,12 @@ def test_bad_input(api):
     error(api.post("/embed", json={"inputs": []}), 422)
     error(api.post("/v1/embeddings", json={"input": ["t"] * 9}), 413, "payload_too_large")
     error(api.post("/documents", json={"documents": [{"id": str(i), "text": "t"} for i in range(9)]}), 413)
-    assert "101 characters" in error(api.post("/embed", json={"inputs": ["x" * 101]}), 422)["error"]
+    assert "101 characters" in error(api.post("/embed", json={"inputs": ["x" * 101]}), 413)["error"]
     assert api.post("/embed", json={"inputs": ["x" * 101], "truncate": True}).status_code == 200
     error(api.post("/v1/embeddings", json={"input": [1, 2]}), 422)
     error(api.post("/search", json={"query": "a", "topk": 3}), 422)
     r = api.post("/v1/embeddings", content=b'{"input": "a",', headers={"content-type": "application/json"})
-    error(r, 422, "invalid_json")
+    error(r, 400, "invalid_json")
     error(api.post("/v1/embeddings", json={"input": "x" * 5000}), 413, "payload_too_large")
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds on the streamed body
@@ -302,6 +302,62 @@ def test_a_killed_writer_is_restarted_and_loses_nothing(ray_base):
     query = {"query": "a note", "top_k": 5, "filter": {"t": "kill"}}
     hits = httpx.post(f"{ray_base}/search", json=query, timeout=60).json()["results"]
     assert {h["id"] for h in hits} == {"before-kill", "after-kill"}
+
+
+def test_sharded_index_on_shard_deployments(ray_base, local_client, tmp_path):
+    """A 2-shard index on Ray Serve: one IndexShard deployment per shard, Api replicas holding no
+    index; searches (with and without a filter) equal the unsharded index's, writes are refused."""
+    from ray import serve
+
+    from index.build import BuildConfig, build
+    from index.corpus import CorpusSpec
+    from index.shards import shard_index
+    from service import ray_serve
+    from tests.tiny_models import tiny_sentences
+
+    corpus = tmp_path / "c.jsonl"
+    texts = tiny_sentences(600, seed=3)
+    corpus.write_text(
+        "".join(f'{{"id": "d{i}", "text": "{t}", "n": {i % 3}}}\n' for i, t in enumerate(texts))
+    )
+    whole = tmp_path / "whole"
+    build(
+        BuildConfig(bundle=str(BUNDLE), out=str(whole), nlist=8, nprobe=3, flat_below=100),
+        CorpusSpec(corpus, metadata_columns=("n",)),
+    )
+    shard_index(whole, 2, tmp_path / "sharded")
+    settings = Settings(
+        **LIMITS | {"create_index": False}, index_dir=tmp_path / "sharded", replicas=2, replica_cpus=0.5
+    )
+    serve.run(ray_serve.build_app(settings), name="sharded", route_prefix="/sharded")
+    try:
+        running = {
+            name: d.replica_states.get("RUNNING", 0)
+            for name, d in serve.status().applications["sharded"].deployments.items()
+        }
+        assert running == {"Api": 2, "IndexShard-0": 1, "IndexShard-1": 1}
+        unsharded = TestClient(create_app(Settings(**LIMITS, index_dir=whole)), raise_server_exceptions=False)
+        with unsharded, httpx.Client(base_url=f"{ray_base}/sharded", timeout=60) as sharded:
+            for query in (texts[5], texts[77], "a guitar on the table"):
+                for where in (None, {"n": 1}):
+                    body = {"query": query, "top_k": 10, "filter": where}
+                    want, got = (c.post("/search", json=body) for c in (unsharded, sharded))
+                    assert got.status_code == 200, got.text
+                    pairs = [
+                        [(h["id"], round(h["score"], 5)) for h in r.json()["results"]] for r in (want, got)
+                    ]
+                    assert pairs[0] == pairs[1] and len(pairs[0]) == 10
+            assert sharded.get("/documents/d77").json()["text"] == texts[77]
+            assert sharded.get("/documents/nope").status_code == 404
+            info = sharded.get("/info").json()["index"]
+            assert (info["type"], info["ntotal"]) == ("ivf_sharded", 600)
+            error(sharded.post("/search", json={"query": "x", "filter": {"n": [1, 2]}}), 422)
+            doc = {"id": "new", "text": "a new text"}
+            assert error(sharded.post("/documents", json={"documents": [doc]}), 409)["error"].count(
+                "read-only"
+            )
+    finally:
+        serve.delete("sharded")
 
 
 def test_app_builder_and_options():

@@ -1,0 +1,57 @@
+"""The OpenAPI document as this deployment's contract: the limits that come from settings and from
+the model (texts and documents per request, top_k, the vector's dimension) are written into the
+request schemas, so a client generated from ``/openapi.json`` knows them. What JSON Schema cannot
+say (a body's bytes; a text's length, which ``truncate`` lifts) is answered with a documented 413.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+
+from service.settings import Settings
+
+
+def _branch(prop: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The ``kind`` branch of a property (``anyOf`` of a text or a list, or nullable), or itself."""
+    return next((b for b in prop.get("anyOf", []) if b.get("type") == kind), prop)
+
+
+def with_limits(schema: dict[str, Any], settings: Settings, dim: int | None) -> dict[str, Any]:
+    """Write the limits into the request schemas (in place: setting the same values is idempotent)."""
+    models = schema.get("components", {}).get("schemas", {})
+
+    def prop(model: str, name: str, kind: str) -> dict[str, Any]:
+        return _branch(models[model]["properties"][name], kind) if model in models else {}
+
+    items = settings.max_items
+    for model, name in (
+        ("EmbeddingRequest", "input"),
+        ("EmbedRequest", "inputs"),
+        ("UpsertRequest", "documents"),
+    ):
+        if model in models:
+            prop(model, name, "array")["maxItems"] = items
+    if "SimilarityRequest" in models:  # the limit counts every text sent
+        prop("SimilarityRequest", "pairs", "array")["maxItems"] = items // 2
+        prop("SimilarityInputs", "sentences", "array")["maxItems"] = items - 1
+    if "SearchRequest" in models:
+        prop("SearchRequest", "top_k", "integer")["maximum"] = settings.max_top_k
+        if dim is not None:
+            vector = prop("SearchRequest", "vector", "array")
+            vector["minItems"] = vector["maxItems"] = dim
+    if dim is not None and "EmbeddingRequest" in models:
+        prop("EmbeddingRequest", "dimensions", "integer")["maximum"] = dim
+    return schema
+
+
+def install(app: FastAPI, settings: Settings, dim: Callable[[], int | None]) -> None:
+    """Serve the document with this deployment's limits; ``dim`` is the model's, once it is loaded."""
+    generate = app.openapi  # FastAPI's, which caches the generated document
+
+    def openapi() -> dict[str, Any]:
+        return with_limits(generate(), settings, dim())
+
+    app.openapi = openapi  # type: ignore[method-assign]
