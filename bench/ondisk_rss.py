@@ -1,0 +1,118 @@
+"""What a service over an ``--on-disk`` index keeps in memory, against the same index held in RAM.
+
+    python bench/ondisk_rss.py --in-ram runs/scale_build/local --on-disk runs/scale_build/ray-resumed \
+        --out bench/results/ondisk_rss_1m.json
+
+For each index, plain ``distilembed serve`` on 127.0.0.1 is started, its memory read from
+/proc/PID/status when ready and after each --searches block of searches (the source file's last
+sentences): VmRSS, split into RssAnon (the process's own memory) and RssFile (pages of mapped
+files, the on-disk lists among them: page cache that the kernel drops under memory pressure and
+reads back on the next probe). The index's size is its Faiss files (the .faiss file and, on disk, .ivfdata).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from http_harness import free_port, server  # noqa: E402
+
+FIELDS = ("VmRSS", "RssAnon", "RssFile")
+MB = 1024 * 1024
+
+
+def memory(pid: int) -> dict[str, int]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    values = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines if ":" in line}
+    return {name: values[name] for name in FIELDS}
+
+
+def index_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.iterdir() if p.suffix in (".faiss", ".ivfdata"))
+
+
+def measure(index_dir: Path, args: argparse.Namespace, texts: list[str], log_dir: Path) -> dict[str, Any]:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "distilembed.cli",
+        "serve",
+        "--bundle",
+        args.bundle,
+        "--index",
+        str(index_dir),
+    ]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    out: dict[str, Any] = {"index_dir": str(index_dir), "index_bytes": index_bytes(index_dir), "samples": []}
+    with server(cmd, f"{base}/ready", log_dir / f"{index_dir.name}.log") as proc:
+        out["info"] = httpx.get(f"{base}/info").json()["index"]
+        out["samples"].append({"searches": 0} | memory(proc.pid))
+        with httpx.Client(base_url=base, timeout=60) as client:
+            done = 0
+            for block in args.searches:
+                for text in texts[done:block]:
+                    client.post("/search", json={"query": text, "top_k": 10}).raise_for_status()
+                done = block
+                out["samples"].append({"searches": done} | memory(proc.pid))
+    return out
+
+
+def main() -> None:
+    data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--in-ram", type=Path, required=True, help="an index built without --on-disk")
+    parser.add_argument("--on-disk", type=Path, required=True, help="the same corpus built with --on-disk")
+    parser.add_argument("--bundle", default=str(ROOT / "models" / "default"))
+    parser.add_argument("--source", default=str(data / "unlabeled" / "enwiki2015_1m_sentences.txt.gz"))
+    parser.add_argument("--searches", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ondisk_rss.json")
+    args = parser.parse_args()
+    with gzip.open(args.source, "rt", encoding="utf-8") as handle:  # the file's last sentences
+        texts = [line.strip() for line in collections.deque(handle, maxlen=max(args.searches))]
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-ondisk-"))
+    result = {
+        name: measure(d, args, texts, log_dir)
+        for name, d in (("in RAM", args.in_ram), ("on disk", args.on_disk))
+    }
+
+    table = Table(title="serve: memory with the index in RAM and on disk (bench/ondisk_rss.py)")
+    for col in (
+        "index",
+        "ntotal",
+        "index MB",
+        "searches",
+        "VmRSS MB",
+        "RssAnon MB",
+        "RssFile MB",
+        "RSS / index",
+    ):
+        table.add_column(col, justify="left" if col == "index" else "right")
+    for name, r in result.items():
+        for s in r["samples"]:
+            table.add_row(
+                name, f"{r['info']['ntotal']:,}", f"{r['index_bytes'] / MB:.0f}", f"{s['searches']:,}",
+                *(f"{s[f] / MB:.0f}" for f in FIELDS), f"{s['VmRSS'] / r['index_bytes']:.2f}",
+            )  # fmt: skip
+    Console(width=140).print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
