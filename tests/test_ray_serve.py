@@ -230,6 +230,24 @@ def test_retrain(api, request):
     error(api.post("/index/retrain", json={"storage": "pq"}), 422, "validation_error")
 
 
+def test_snapshot(api, request, tmp_path):
+    """POST /index/snapshot: on Ray the writer takes it (its lock pins the instant)."""
+    from index.snapshot import restore_snapshot
+
+    doc_id = f"snap-{request.node.callspec.id}"
+    doc = {"id": doc_id, "text": "A document written before the snapshot."}
+    assert api.post("/documents", json={"documents": [doc]}).status_code == 200
+    r = api.post("/index/snapshot")
+    assert r.status_code == 200, r.text
+    restored = tmp_path / "restored"
+    restore_snapshot(Path(r.json()["path"]), restored)
+    live = LiveIndex(restored, writable=False)
+    try:
+        assert live.get(doc_id).text == doc["text"] and live.ntotal == r.json()["ntotal"]
+    finally:
+        live.close(checkpoint=False)
+
+
 def test_info_metrics_openapi(api):
     api.post("/v1/embeddings", json={"input": "hello"})
     info = api.get("/info").json()
