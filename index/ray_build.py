@@ -136,6 +136,9 @@ def encode_with_ray(
             _datasource(spec, plan, todo, staged),
             override_num_blocks=len(todo),
             num_cpus=0,  # reading a split is light; the encoders hold the CPUs
+            # Without a cap, zero-CPU read tasks all start at once, each in a new worker process:
+            # ~100 Python processes spawned for 1M documents, minutes of startup on 2 cores.
+            concurrency=actors + 1,
         ).map_batches(
             _split_encoder(str(Path(cfg.bundle).resolve()), cfg.variant, threads, cfg.batch_size),
             batch_size=None,  # a block, i.e. one split, per call
