@@ -5,6 +5,7 @@ The bundle is built in a temp dir and renamed into place only after the parity g
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -94,6 +95,16 @@ def _parity(model: Any, encoders: dict[str, Encoder], texts: list[str]) -> dict[
     return figures
 
 
+def trained_widths(checkpoint: Path, dim: int) -> list[int]:
+    """The widths the student was trained at (``train --matryoshka``; its manifest records them),
+    widest first; a checkpoint without a training manifest was trained at ``dim`` only."""
+    manifest = checkpoint / "manifest.json"
+    if not manifest.is_file():
+        return [dim]
+    widths = json.loads(manifest.read_text()).get("matryoshka", {}).get("widths") or [dim]
+    return [int(w) for w in widths]
+
+
 def _write_manifest(tmp: Path, extra: dict[str, Any]) -> dict[str, Any]:
     manifest = {
         "kind": BUNDLE_KIND,
@@ -166,6 +177,7 @@ def build_bundle(
                 **asdict(info),
                 "input_names": list(info.input_names),
                 "pad_token_id": pad_id,
+                "trained_widths": trained_widths(Path(source), info.dim),
                 "source": {"checkpoint": str(source), "files": sha256_tree(Path(source))},
                 "fused_operators": fused,
                 "parity": figures,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -38,6 +40,12 @@ async def metrics(state: State) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
+def trained_widths(encoder: Any) -> list[int]:
+    """The bundle manifest's ``trained_widths`` (export records the student's), else just ``dim``."""
+    widths = getattr(encoder, "manifest", {}).get("trained_widths") or [encoder.dim]
+    return [int(w) for w in widths]
+
+
 @info_router.get("/info", response_model=Info, responses=documented(503))
 async def info(request: Request, state: State) -> Info:
     """The model, the index and this server's limits."""
@@ -49,6 +57,7 @@ async def info(request: Request, state: State) -> Info:
     return Info(
         model=state.model,
         dim=encoder.dim,
+        trained_widths=trained_widths(encoder),
         max_seq_len=encoder.max_seq_len,
         variant=str(getattr(encoder, "variant", s.variant)),
         bundle=str(getattr(encoder, "bundle", s.bundle)),

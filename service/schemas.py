@@ -226,6 +226,10 @@ class SnapshotResponse(BaseModel):
 class Info(BaseModel):
     model: str
     dim: int
+    trained_widths: list[int] = Field(
+        description="Widths the model was trained at, widest first (Matryoshka students list several): "
+        "`dimensions` accepts any width from 1 to `dim`; these keep the most quality."
+    )
     max_seq_len: int
     variant: str
     bundle: str

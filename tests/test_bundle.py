@@ -137,3 +137,11 @@ def test_split_runs_cuts_where_padding_costs_more_than_a_run() -> None:
     assert split_runs(np.array([5, 5, 6, 6]), 32, 16.0) == [(0, 4)]  # too little padding to save
     assert split_runs(np.array([7] * 10), 4, 16.0) == [(0, 2), (2, 6), (6, 10)]  # at most 4 rows
     assert split_runs(np.array([], dtype=np.int64), 4, 16.0) == []
+
+
+def test_trained_widths_come_from_the_checkpoint_manifest(tmp_path) -> None:
+    from export.bundle import trained_widths
+
+    assert trained_widths(tmp_path, 128) == [128]  # no training manifest: the full width only
+    (tmp_path / "manifest.json").write_text(json.dumps({"matryoshka": {"widths": [128, 64, 32]}}))
+    assert trained_widths(tmp_path, 128) == [128, 64, 32]

@@ -155,3 +155,31 @@ def test_simtde_checkpoint_exports(tiny_teacher, tiny_bert, nli_data, tmp_path) 
     got = Encoder(bundle, variant="fp32", threads=1).encode(texts[:3])
     want = SentenceTransformer(str(out)).encode(texts[:3])
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_matryoshka_training_records_its_widths(method, tiny_teacher, tiny_bert, nli_data, tmp_path) -> None:
+    """``--matryoshka 8,4,2`` trains every method (each stage's loss summed over the widths) and the
+    manifest records the widths, the weights, the selection rule and STS scores at each narrower width."""
+    out = tmp_path / method
+    cfg = _cfg(tiny_teacher, tiny_bert, method, matryoshka=[8, 4, 2], matryoshka_weights=[1, 1, 0.5])
+    run_training(cfg, out, data_dir=str(nli_data))
+    saved = json.loads((out / "manifest.json").read_text())["matryoshka"]
+    assert saved["widths"] == [8, 4, 2] and saved["weights"] == [1.0, 1.0, 0.5]
+    assert saved["selection"] == "mean STS-B dev over the widths"
+    assert set(saved["scores"]) == {"4", "2"} and all("STS-B" in s for s in saved["scores"].values())
+
+
+@pytest.mark.parametrize(
+    ("widths", "weights", "message"),
+    [
+        ([4, 2], [], "must start at the student's width 8"),
+        ([8, 8, 2], [], "must decrease"),
+        ([8, 4, 0], [], "must decrease and stay >= 1"),
+        ([8, 4], [1.0], "needs 2 values, got 1"),
+        ([8, 4], [1.0, -1.0], "must be >= 0"),
+    ],
+)
+def test_bad_matryoshka_flags_are_one_line_errors(tiny_teacher, tiny_bert, widths, weights, message) -> None:
+    with pytest.raises(UserError, match=message):
+        _cfg(tiny_teacher, tiny_bert, "hpd", matryoshka=widths, matryoshka_weights=weights)

@@ -190,6 +190,7 @@ def test_info_metrics_openapi(client):
     client.post("/v1/embeddings", json={"input": "hello"})
     info = client.get("/info").json()
     assert info["dim"] == 8 and info["max_seq_len"] == 16 and info["variant"] == "fake"
+    assert info["trained_widths"] == [8]  # a bundle without Matryoshka widths: its dim only
     assert info["index"] == {"type": "flat", "ntotal": 0, "nlist": 0, "nprobe": 1, "dim": 8}
     assert info["limits"]["max_items"] == 8 and "python" in info["versions"]
     text = client.get("/metrics").text
@@ -397,3 +398,18 @@ def test_settings_from_env(monkeypatch):
     assert s.api_key is not None and s.api_key.get_secret_value() == "k" and s.index_dir is None
     with pytest.raises(ValueError, match="max_items"):
         Settings(max_items=10, max_queue=5)
+
+
+def test_info_lists_trained_widths_and_any_width_is_served(make_client):
+    """A Matryoshka bundle's manifest names its trained widths; /info reports them, and
+    ``dimensions`` serves any width from 1 to dim, trained or not (unit length, the first N coordinates)."""
+    encoder = FakeEncoder()
+    encoder.manifest["trained_widths"] = [8, 4, 2]
+    client = make_client(encoder=encoder)
+    assert client.get("/info").json()["trained_widths"] == [8, 4, 2]
+    full = np.array(client.post("/v1/embeddings", json={"input": "a cat sat"}).json()["data"][0]["embedding"])
+    for width in (4, 2, 3, 1):  # trained and untrained widths
+        body = client.post("/v1/embeddings", json={"input": "a cat sat", "dimensions": width}).json()
+        cut = np.array(body["data"][0]["embedding"])
+        assert cut.shape == (width,) and np.linalg.norm(cut) == pytest.approx(1.0, abs=1e-6)
+        np.testing.assert_allclose(cut, full[:width] / np.linalg.norm(full[:width]), atol=1e-6)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from distilembed.errors import UserError
 
 Opt = typer.Option
 DataDir = Annotated[
@@ -14,6 +16,16 @@ DataDir = Annotated[
 ]
 BACKEND_HELP = "Teacher runtime: auto (onnx on a CPU, torch on a GPU) | torch | onnx."
 NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
+
+
+def comma_list(text: str | None, kind: type[int] | type[float], flag: str) -> list[Any] | None:
+    """``"128,64,32"`` -> ``[128, 64, 32]``; a bad item is a one-line error naming the flag."""
+    if text is None:
+        return None
+    try:
+        return [kind(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated {kind.__name__}s, got {text!r}") from None
 
 
 def train_command(
@@ -83,6 +95,13 @@ def train_command(
     congen_views: Annotated[
         list[str] | None, Opt("--congen-view", help="ConGen's two views: none, deletion, crop, synonym (x2).")
     ] = None,
+    matryoshka: Annotated[
+        str | None,
+        Opt(help="Matryoshka widths, widest first from --dim, e.g. 128,64,32: the method's loss at each."),
+    ] = None,
+    matryoshka_weights: Annotated[
+        str | None, Opt(help="One weight per --matryoshka width, e.g. 1,1,1 (the default).")
+    ] = None,
     token_dim: Annotated[int | None, Opt(help="SimTDE token-embedding width.")] = None,
     student_arch: Annotated[
         str | None, Opt(help="transformer | simtde (compact token embeddings, last K layers) for any method.")
@@ -109,6 +128,8 @@ def train_command(
     from training.report import print_training_summary
 
     overrides = {k: v for k, v in locals().items() if k not in NOT_CONFIG}
+    overrides["matryoshka"] = comma_list(matryoshka, int, "--matryoshka")
+    overrides["matryoshka_weights"] = comma_list(matryoshka_weights, float, "--matryoshka-weights")
     cfg = make_config(preset, overrides)
     manifest = run_training(cfg, out, data_dir=data_dir, resume=resume, overwrite=overwrite)
     print_training_summary(manifest, out)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from distilembed.errors import UserError
+from training.losses.matryoshka import Widths
 
 STUDENT_ARCHS = ("transformer", "simtde")
 METHODS = ("hpd", "ibkd", "distilcse-kd", "distilcse-ckd", "simtde", "congen")
@@ -60,6 +61,10 @@ class TrainConfig:
     device: str = "auto"
     sts_dir: str = "sts"
     extra: dict[str, Any] = field(default_factory=dict)
+    # Matryoshka (training/losses/matryoshka.py): the method's loss at each prefix width, widest
+    # first and starting at dim (e.g. 128, 64, 32); empty: dim only. One weight per width (default 1).
+    matryoshka: tuple[int, ...] = ()
+    matryoshka_weights: tuple[float, ...] = ()
     # --- methods other than HPD (docs/methods.md); None means the paper's value for the method ---
     # Teacher memory bank (distilcse-ckd) / instance queue (congen), rows.
     queue_size: int = 16_384
@@ -106,7 +111,15 @@ class TrainConfig:
         if self.projection_sample < 2:
             raise UserError("--projection-sample must be at least 2")
         self._validate_method_fields()
+        self.widths()
         return self
+
+    def widths(self) -> Widths:
+        """The trained widths and their weights (just ``dim`` without ``--matryoshka``)."""
+        try:
+            return Widths.parse(self.matryoshka, self.matryoshka_weights, self.dim)
+        except ValueError as error:
+            raise UserError(str(error)) from None
 
     def _validate_method_fields(self) -> None:
         for name in ("queue_size", "finetune_batch_size", "finetune_eval_every"):
@@ -191,7 +204,7 @@ def make_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
     base = PRESETS[preset] if preset else TrainConfig()
     names = {f.name for f in fields(TrainConfig)}
     changes = {k: v for k, v in overrides.items() if v is not None and k in names}
-    for name in ("augment", "congen_views"):
+    for name in ("augment", "congen_views", "matryoshka", "matryoshka_weights"):
         if name in changes:
             changes[name] = tuple(changes[name])
     return replace(base, **changes).validate()

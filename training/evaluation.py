@@ -63,6 +63,25 @@ def pair_cosines(encode: EncodeFn, pairs: Sequence[STSPair]) -> np.ndarray:
     return cosine_rows(left, right)
 
 
+def truncated(encode: EncodeFn, width: int) -> EncodeFn:
+    """``encode`` keeping the first ``width`` coordinates (a Matryoshka width; cosine is scale-free,
+    so no re-normalising is needed to score it)."""
+    return lambda sentences: np.asarray(encode(sentences))[:, :width]
+
+
+def memoised(encode: EncodeFn) -> EncodeFn:
+    """``encode`` that encodes each distinct sentence once across calls (scoring several widths)."""
+    cache: dict[str, np.ndarray] = {}
+
+    def cached(sentences: list[str]) -> np.ndarray:
+        new = [s for s in dict.fromkeys(sentences) if s not in cache]
+        if new:
+            cache.update(zip(new, np.asarray(encode(new)), strict=True))
+        return np.stack([cache[s] for s in sentences])
+
+    return cached
+
+
 def evaluate_pairs(encode: EncodeFn, pairs: Sequence[STSPair]) -> float:
     """Spearman x100 of cosine against gold for one list of pairs."""
     return spearman_x100(pair_cosines(encode, pairs), [p.score for p in pairs])

@@ -25,9 +25,12 @@ from training.evaluation import (
     evaluate_model_pairs,
     evaluate_pairs,
     evaluate_sts,
+    memoised,
     sentence_transformer_encoder,
+    truncated,
 )
 from training.losses.hpd import PCATargets
+from training.losses.matryoshka import Widths
 from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
 from training.student import count_parameters
 from training.teacher_targets import Teacher
@@ -214,6 +217,38 @@ def _stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
     }
 
 
+def _dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
+    """The selection score: STS-B dev; for a Matryoshka student its mean over the trained widths."""
+
+    def dev_score(model: Any) -> float:
+        if not widths.nested:
+            return evaluate_model_pairs(model, dev_pairs)
+        encode = memoised(sentence_transformer_encoder(model, batch_size=128))
+        return float(np.mean([evaluate_pairs(truncated(encode, m), dev_pairs) for m in widths.widths]))
+
+    return dev_score
+
+
+def _final_scores(
+    best_dir: Path, device: str, sts_dir: Path, widths: Widths
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The best student, its STS scores at full width, and the Matryoshka report (the trained
+    widths and weights, and the STS scores at each narrower width)."""
+    from sentence_transformers import SentenceTransformer
+
+    best = SentenceTransformer(str(best_dir), device=device)
+    encode = memoised(sentence_transformer_encoder(best, batch_size=128))
+    sts = evaluate_sts(encode, find_sts_sets(sts_dir))
+    by_width = {m: evaluate_sts(truncated(encode, m), find_sts_sets(sts_dir)) for m in widths.widths[1:]}
+    report = {
+        "widths": list(widths.widths),
+        "weights": list(widths.weights),
+        "selection": "mean STS-B dev over the widths" if widths.nested else "STS-B dev",
+        "scores": {str(m): {k: round(v, 2) for k, v in r["scores"].items()} for m, r in by_width.items()},
+    }
+    return best, sts, report
+
+
 def run_training(
     cfg: TrainConfig,
     out: Path,
@@ -264,24 +299,19 @@ def run_training(
         )
         stages = method_stages(inputs)
 
-    def dev_score(model: Any) -> float:
-        return evaluate_model_pairs(model, dev_pairs)
-
+    widths = cfg.widths()
     done = _run_stages(
         stages,
         student,
         workdir=workdir,
-        dev_score=dev_score,
+        dev_score=_dev_scorer(dev_pairs, widths),
         clock=clock,
         resume=resume,
         snapshot_dir=_snapshot_dir(cfg, out, resume),
     )
     _, trainer, state = done[-1]
     with clock.stage("evaluate"):
-        from sentence_transformers import SentenceTransformer
-
-        best = SentenceTransformer(str(trainer.best_dir), device=device)
-        sts = evaluate_sts(sentence_transformer_encoder(best, batch_size=128), find_sts_sets(sts_dir))
+        best, sts, matryoshka = _final_scores(trainer.best_dir, device, sts_dir, widths)
     manifest = {
         "method": cfg.method,
         "config": asdict(cfg),
@@ -324,6 +354,7 @@ def run_training(
             "best_dev_spearman": round(state.best_dev, 2),
         },
         "stages": [_stage_report(stage, st) for stage, _, st in done],
+        "matryoshka": matryoshka,
         "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
         "sts_subsets": sts["subsets"],
         "seconds": clock.seconds,

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from training.losses.matryoshka import Widths, matryoshka_loss, prefix
 from training.losses.queue import MemoryBank
 
 TEACHER_TAU = 0.05
@@ -124,16 +125,28 @@ class ConGenLoss(nn.Module):
         student_control: torch.Tensor,
         student_general: torch.Tensor,
         teacher_reference: torch.Tensor,
+        widths: Widths | None = None,
     ) -> torch.Tensor:
+        """Eq. 2, or with nested ``widths`` its Matryoshka sum: views, reference and queue cut to
+        each width (the teacher side is PCA coordinates, ordered by variance)."""
         teacher_reference = teacher_reference.float()
         if self.training:
-            self.bank.enqueue(teacher_reference)
-        return congen_loss(
-            self.head(student_control.float()),
-            self.head(student_general.float()),
-            teacher_reference,
-            self.bank.vectors(),  # column order does not matter to eq. 1-2
-            teacher_tau=self.teacher_tau,
-            student_tau=self.student_tau,
-            alpha=self.alpha,
-        )
+            self.bank.enqueue(teacher_reference)  # once per batch, whatever the widths
+        control, general = self.head(student_control.float()), self.head(student_general.float())
+        queue = self.bank.vectors()  # column order does not matter to eq. 1-2
+        widths = widths or Widths((control.shape[-1],), (1.0,))
+        if widths.nested and not isinstance(self.head, nn.Identity):
+            raise ValueError("Matryoshka ConGen needs the student and teacher widths equal (no head)")
+
+        def at(m: int) -> torch.Tensor:
+            return congen_loss(
+                prefix(control, m),
+                prefix(general, m),
+                prefix(teacher_reference, m),
+                prefix(queue, m),
+                teacher_tau=self.teacher_tau,
+                student_tau=self.student_tau,
+                alpha=self.alpha,
+            )
+
+        return matryoshka_loss(at, widths)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from training.losses.matryoshka import Widths, matryoshka_loss, prefix_linear
 from training.losses.queue import MemoryBank
 
 TAU = 0.05
@@ -103,16 +104,24 @@ class DistilCSELoss(nn.Module):
         self.contrastive, self.tau = contrastive, tau
         self.bank = MemoryBank(queue_size, teacher_dim) if contrastive and queue_size > 0 else None
 
-    def forward(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, student: torch.Tensor, teacher: torch.Tensor, widths: Widths | None = None
+    ) -> torch.Tensor:
+        """Eq. 3 / eq. 6, or with nested ``widths`` their Matryoshka sum: M takes each cut student
+        vector through its first m columns; the teacher side stays full width."""
         student = student.float()
         teacher = teacher.to(student.dtype)
-        projected = self.project(student)
-        if not self.contrastive:
-            return kd_loss(projected, teacher)
-        queue = self.bank.vectors() if self.bank is not None else None  # order-free negatives
-        loss = ckd_loss(projected, teacher, queue, self.tau)
-        if self.bank is not None and self.training:
-            self.bank.enqueue(teacher)
+        queue = self.bank.vectors() if self.contrastive and self.bank is not None else None  # order-free
+
+        def at(m: int) -> torch.Tensor:
+            projected = prefix_linear(student, self.project, m)
+            if not self.contrastive:
+                return kd_loss(projected, teacher)
+            return ckd_loss(projected, teacher, queue, self.tau)
+
+        loss = matryoshka_loss(at, widths or Widths((student.shape[-1],), (1.0,)))
+        if self.contrastive and self.bank is not None and self.training:
+            self.bank.enqueue(teacher)  # after the loss: a batch is never its own queued negative
         return loss
 
 

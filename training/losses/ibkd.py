@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from training.losses.matryoshka import Widths, matryoshka_loss, prefix, prefix_linear
+
 STAGE1_TAU = 0.1
 STAGE2_TAU = 0.05
 GAMMA = 0.5
@@ -196,17 +198,26 @@ class IBKDLoss(nn.Module):
         self.align = nn.Linear(student_dim, teacher_dim, bias=False)
         self.tau, self.beta, self.gamma = tau, beta, gamma
 
-    def forward(self, student: torch.Tensor, teacher: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, student: torch.Tensor, teacher: torch.Tensor, inputs: torch.Tensor, widths: Widths | None = None
+    ) -> torch.Tensor:
+        """Eq. 8, or with nested ``widths`` its Matryoshka sum: ``InfoNCE(W_{:,1:m} s_{1:m}, t) +
+        beta1 * HSIC(X, S_{1:m})`` at each width m."""
         student = student.float()
-        return ibkd_distill_loss(
-            self.align(student),
-            teacher.to(student.dtype),
-            inputs,
-            student,
-            tau=self.tau,
-            beta=self.beta,
-            gamma=self.gamma,
-        )
+        teacher = teacher.to(student.dtype)
+
+        def at(m: int) -> torch.Tensor:
+            return ibkd_distill_loss(
+                prefix_linear(student, self.align, m),
+                teacher,
+                inputs,
+                prefix(student, m),
+                tau=self.tau,
+                beta=self.beta,
+                gamma=self.gamma,
+            )
+
+        return matryoshka_loss(at, widths or Widths((student.shape[-1],), (1.0,)))
 
 
 class IBKDFinetuneLoss(nn.Module):

@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from training.losses.matryoshka import Widths, matryoshka_loss, prefix
+
 ALPHA = 0.5
 
 
@@ -85,13 +87,24 @@ class SimTDELoss(nn.Module):
         attention_mask: torch.Tensor,
         student_sentence: torch.Tensor,
         teacher_sentence: torch.Tensor,
+        *,
+        widths: Widths | None = None,
     ) -> torch.Tensor:
-        return simtde_loss(
-            student_tokens.float(),
-            teacher_tokens.float(),
-            attention_mask,
-            student_sentence.float(),
-            teacher_sentence.float(),
-            alpha=self.alpha,
-            sentence_weight=self.sentence_weight,
+        """Eq. 5, or with nested ``widths`` the token term once plus the Matryoshka sum of the
+        sentence term over the cut sentence vectors (the PCA targets cut to the same width)."""
+        student_sentence, teacher_sentence = student_sentence.float(), teacher_sentence.float()
+        if widths is None or not widths.nested:
+            return simtde_loss(
+                student_tokens.float(),
+                teacher_tokens.float(),
+                attention_mask,
+                student_sentence,
+                teacher_sentence,
+                alpha=self.alpha,
+                sentence_weight=self.sentence_weight,
+            )
+        token_term = masked_token_mse(student_tokens.float(), teacher_tokens.float(), attention_mask)
+        sentence_term = matryoshka_loss(
+            lambda m: F.mse_loss(prefix(student_sentence, m), prefix(teacher_sentence, m)), widths
         )
+        return self.alpha * token_term + (1 - self.alpha) * self.sentence_weight * sentence_term

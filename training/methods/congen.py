@@ -67,11 +67,13 @@ def congen_stage(inp: MethodInputs) -> Stage:
     sample = rng.choice(len(inp.texts), size=min(cfg.queue_size, len(inp.texts)), replace=False)
     loss.prefill(inp.pca_targets[torch.from_numpy(np.sort(sample))].to(inp.device))
 
+    widths = cfg.widths()
+
     def batch_loss(indices: list[int]) -> torch.Tensor:
         texts = [view1[i] for i in indices] + [view2[i] for i in indices]
         _, emb = encode_features(student, texts)  # both views in one pass
         control, general = emb.split(len(indices))
-        return loss(control, general, reference[indices].to(emb.device))
+        return loss(control, general, reference[indices].to(emb.device), widths)
 
     return Stage(
         "train",

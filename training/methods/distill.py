@@ -9,6 +9,7 @@
   against the teacher batch plus a memory bank of earlier teacher batches), M a training-only map
   from d to D (:mod:`training.losses.distilcse`).
 
+With ``--matryoshka`` each loss is summed over the nested widths (:mod:`training.losses.matryoshka`).
 Only the d-dim student (Transformer -> Pooling -> Dense -> Normalize) is saved: W and M exist for
 the loss only, as in the papers' students, whose own output is what is evaluated.
 """
@@ -21,17 +22,19 @@ from training.losses.distilcse import TAU as DISTILCSE_TAU
 from training.losses.distilcse import DistilCSELoss
 from training.losses.hpd import hpd_loss
 from training.losses.ibkd import STAGE1_TAU, IBKDLoss, info_nce, input_representation
+from training.losses.matryoshka import matryoshka_loss, prefix, prefix_linear
 from training.methods.base import MethodInputs, Stage, distill_loop, encode_features, pick, text_lengths
 from training.student import projected_embeddings
 
 
 def hpd_stage(inp: MethodInputs) -> Stage:
     """HPD eq. 2 against the PCA-d targets (the pipeline's original path, unchanged)."""
-    student, texts, targets = inp.student, inp.texts, inp.pca_targets
+    student, texts, targets, widths = inp.student, inp.texts, inp.pca_targets, inp.cfg.widths()
 
     def batch_loss(indices: list[int]) -> torch.Tensor:
-        emb = projected_embeddings(student, [texts[i] for i in indices])
-        return hpd_loss(emb.float(), targets[indices].to(emb.device))
+        emb = projected_embeddings(student, [texts[i] for i in indices]).float()
+        target = targets[indices].to(emb.device)
+        return matryoshka_loss(lambda m: hpd_loss(prefix(emb, m), prefix(target, m)), widths)
 
     return Stage("train", batch_loss, text_lengths(texts), distill_loop(inp.cfg), info={"targets": "pca"})
 
@@ -42,14 +45,17 @@ def ibkd_stage(inp: MethodInputs) -> Stage:
     full = inp.full_targets()
     tau = pick(cfg.temperature, STAGE1_TAU)
     loss = IBKDLoss(cfg.dim, full.shape[1], tau=tau).to(inp.device)
-    encoder = student[0].auto_model
+    encoder, widths = student[0].auto_model, cfg.widths()
 
     def batch_loss(indices: list[int]) -> torch.Tensor:
         features, emb = encode_features(student, [texts[i] for i in indices])
         teacher = full[indices].to(emb.device)
         if len(indices) < 2:  # HSIC needs two samples; a lone tail batch gets InfoNCE only
-            return info_nce(loss.align(emb.float()), teacher.float(), tau)
-        return loss(emb, teacher, input_representation(encoder, features))
+            student_out, target = emb.float(), teacher.float()
+            return matryoshka_loss(
+                lambda m: info_nce(prefix_linear(student_out, loss.align, m), target, tau), widths
+            )
+        return loss(emb, teacher, input_representation(encoder, features), widths)
 
     return Stage(
         "train",
@@ -71,9 +77,11 @@ def distilcse_stage(inp: MethodInputs, contrastive: bool) -> Stage:
         cfg.dim, full.shape[1], contrastive=contrastive, tau=tau, queue_size=cfg.queue_size
     ).to(inp.device)
 
+    widths = cfg.widths()
+
     def batch_loss(indices: list[int]) -> torch.Tensor:
         _, emb = encode_features(student, [texts[i] for i in indices])
-        return loss(emb, full[indices].to(emb.device))
+        return loss(emb, full[indices].to(emb.device), widths)
 
     info = {"targets": "full", "loss": "ckd" if contrastive else "kd"}
     if contrastive:

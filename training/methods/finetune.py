@@ -21,6 +21,7 @@ from distilembed.errors import UserError
 from training.data.pairs import Triplet, load_triplets
 from training.losses.distilcse import ContrastiveFinetuneLoss
 from training.losses.ibkd import IBKDFinetuneLoss, input_representation
+from training.losses.matryoshka import matryoshka_loss, prefix
 from training.methods.base import MethodInputs, Stage, encode_features, finetune_loop, text_lengths
 
 
@@ -38,16 +39,21 @@ def nli_finetune_stage(inp: MethodInputs, with_hsic: bool) -> Stage:
     tau = cfg.finetune_temperature
     ibkd = IBKDFinetuneLoss(tau=tau)
     simcse = ContrastiveFinetuneLoss(tau=tau)
-    encoder = student[0].auto_model
+    encoder, widths = student[0].auto_model, cfg.widths()
 
     def batch_loss(indices: list[int]) -> torch.Tensor:
         rows = [triplets[i] for i in indices]
         texts = [r.anchor for r in rows] + [r.positive for r in rows] + [r.negative for r in rows]
         features, emb = encode_features(student, texts)  # one pass over all 3n sentences
-        anchor, positive, negative = emb.split(len(rows))
-        if with_hsic:
-            return ibkd(anchor, positive, negative, input_representation(encoder, features), emb)
-        return simcse(anchor, positive, negative)
+        inputs = input_representation(encoder, features) if with_hsic else None
+
+        def at(m: int) -> torch.Tensor:  # the cut embeddings (the losses normalise them)
+            anchor, positive, negative = prefix(emb, m).split(len(rows))
+            if inputs is not None:
+                return ibkd(anchor, positive, negative, inputs, prefix(emb, m))
+            return simcse(anchor, positive, negative)
+
+        return matryoshka_loss(at, widths)
 
     info = {
         "data": cfg.finetune_data,

@@ -53,15 +53,14 @@ def simtde_stage(inp: MethodInputs) -> Stage:
     cfg, student, texts, targets = inp.cfg, inp.student, inp.texts, inp.pca_targets
     embedder = teacher_token_embedder(cfg.student, device=inp.device)
     weight = float(cfg.dim) if cfg.sentence_weight is None else cfg.sentence_weight
-    loss = SimTDELoss(sentence_weight=weight)
+    loss, widths = SimTDELoss(sentence_weight=weight), cfg.widths()
 
     def batch_loss(indices: list[int]) -> torch.Tensor:
         features = tokenize(student, [texts[i] for i in indices])
         tokens, sentence = simtde_forward(student, features)
         teacher_tokens = teacher_token_embeddings(embedder, features)
-        return loss(
-            tokens, teacher_tokens, features["attention_mask"], sentence, targets[indices].to(sentence.device)
-        )
+        target = targets[indices].to(sentence.device)
+        return loss(tokens, teacher_tokens, features["attention_mask"], sentence, target, widths=widths)
 
     return Stage(
         "train",
