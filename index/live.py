@@ -282,11 +282,13 @@ class LiveIndex:
 
     def _write_snapshot(self) -> None:
         with self._lock:
-            changes = self.store.changes() if self.writable else []
-            if not changes:
+            # Only the newest seq: reading the whole log (vectors included, megabytes at the
+            # default checkpoint_every) left the allocator's arenas a few MB larger each time.
+            last = self.store.last_change() if self.writable else None
+            if last is None:
                 return
             manifest = self._install(self.index)
-            self.store.drop_changes(changes[-1][0])
+            self.store.drop_changes(last)
             self._pending = 0
             self.manifest = manifest
             integrity.write_manifest(self.dir, manifest)
@@ -336,7 +338,7 @@ class LiveIndex:
                     self.store.drop_changes(saved[-1][0])  # only what the saved file holds
                 retrained = {"at": now_iso(), "from": {"index_type": self.kind, "nlist": self.nlist}}
                 self.index, self.kind, self.nlist = fresh, plan.index_type, plan.nlist
-                self._pending = len(self.store.changes())
+                self._pending = self.store.count_changes()
                 self.manifest = installed | {
                     "index_type": plan.index_type,
                     "nlist": plan.nlist,

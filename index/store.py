@@ -164,6 +164,13 @@ class DocumentStore:
         """Logged vector changes (seq, int id, float32 bytes or None for a delete), oldest first."""
         return self.db.execute("SELECT seq, int_id, vector FROM changes ORDER BY seq").fetchall()
 
+    def last_change(self) -> int | None:
+        """The newest logged change's seq (None: the log is empty), without reading the vectors."""
+        return self.db.execute("SELECT MAX(seq) FROM changes").fetchone()[0]
+
+    def count_changes(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM changes").fetchone()[0]
+
     def drop_changes(self, up_to_seq: int) -> None:
         self.db.execute("DELETE FROM changes WHERE seq <= ?", (up_to_seq,))
 
