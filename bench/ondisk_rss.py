@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gzip
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from http_harness import free_port, server  # noqa: E402
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile")
 MB = 1024 * 1024
+CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
 
 
 def memory(pid: int) -> dict[str, int]:
@@ -48,10 +51,30 @@ def index_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.iterdir() if p.suffix in (".faiss", ".ivfdata"))
 
 
-def measure(index_dir: Path, args: argparse.Namespace, texts: list[str], log_dir: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def memory_cgroup(limit_mb: int) -> Iterator[Path]:
+    """A cgroup-v1 memory group limited to ``limit_mb`` (no swap here: only page cache and mapped
+    file pages can be given back, so the mapped lists are what the kernel drops)."""
+    group = CGROUP_ROOT / f"distilembed-bench-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(limit_mb * MB))
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            (CGROUP_ROOT / "cgroup.procs").write_text(pid)  # back to the root before removing
+        group.rmdir()
+
+
+def measure(
+    index_dir: Path, args: argparse.Namespace, texts: list[str], log_dir: Path, group: Path | None = None
+) -> dict[str, Any]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    # In a group, the shell joins it first and then becomes the server, so every page is charged there.
+    wrap = ["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "serve"] if group else []
     cmd = [
+        *wrap,
         sys.executable,
         "-m",
         "distilembed.cli",
@@ -77,6 +100,13 @@ def measure(index_dir: Path, args: argparse.Namespace, texts: list[str], log_dir
                 out["samples"].append(
                     {"searches": done, "ms_per_search": round(per_search_ms, 2)} | memory(proc.pid)
                 )
+        if group is not None:
+            out["cgroup"] = {
+                "limit_bytes": int((group / "memory.limit_in_bytes").read_text()),
+                "max_usage_bytes": int((group / "memory.max_usage_in_bytes").read_text()),
+                "times_at_limit": int((group / "memory.failcnt").read_text()),
+            }
+    return out
 
 
 def main() -> None:
@@ -97,6 +127,9 @@ def main() -> None:
         name: measure(d, args, texts, log_dir)
         for name, d in (("in RAM", args.in_ram), ("on disk", args.on_disk))
     }
+    if args.limit_mb:
+        with memory_cgroup(args.limit_mb) as group:
+            result[f"on disk, {args.limit_mb} MB limit"] = measure(args.on_disk, args, texts, log_dir, group)
 
     table = Table(title="serve: memory with the index in RAM and on disk (bench/ondisk_rss.py)")
     for col in (
@@ -104,6 +137,7 @@ def main() -> None:
         "ntotal",
         "index MB",
         "searches",
+        "ms/search",
         "VmRSS MB",
         "RssAnon MB",
         "RssFile MB",

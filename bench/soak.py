@@ -135,7 +135,10 @@ async def sampler(
 async def run_load(soak: Soak, base: str, pid: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     samples: list[dict[str, Any]] = []
     deadline = time.monotonic() + args.minutes * 60
-    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    # Idle connections are closed by the client (30 s) before the server would (keep_alive_s, 75 s).
+    limits = httpx.Limits(
+        max_connections=args.concurrency, max_keepalive_connections=args.concurrency, keepalive_expiry=30.0
+    )
     async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
         workers = [client_loop(soak, client, w, deadline) for w in range(args.concurrency)]
         await asyncio.gather(sampler(soak, client, pid, args.sample, deadline, samples), *workers)

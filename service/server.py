@@ -55,6 +55,7 @@ def server_for(app: FastAPI, settings: Settings) -> _Server:
         log_level=settings.log_level,
         access_log=settings.access_log,
         limit_concurrency=settings.max_concurrency,
+        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
         timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]
         lifespan="on",
         http=CoalescingHttpToolsProtocol,

@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(
         256, ge=1, description="Open connections/requests uvicorn serves at once (503 beyond); bounds memory."
     )
+    keep_alive_s: float = Field(
+        75.0,
+        gt=0,
+        description="Seconds an idle keep-alive connection stays open. Longer than the idle timeout of "
+        "the clients and load balancers in front (60 s is common), so that they close idle connections "
+        "first: a server that closes first races a request sent at that instant (a dropped request).",
+    )
     access_log: bool = False
     shutdown_timeout_s: float = Field(10.0, ge=0, description="Graceful shutdown: time to drain requests.")
     warmup: bool = True
