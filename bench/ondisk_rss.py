@@ -56,6 +56,8 @@ def memory_cgroup(limit_mb: int) -> Iterator[Path]:
     """A cgroup-v1 memory group limited to ``limit_mb`` (no swap here: only page cache and mapped
     file pages can be given back, so the mapped lists are what the kernel drops)."""
     group = CGROUP_ROOT / f"distilembed-bench-{os.getpid()}"
+    # Page cache stays charged to the group that first read it: evict the index's pages first, or
+    # the earlier runs' cached lists would be mapped for free and the limit never bite.
     group.mkdir()
     try:
         (group / "memory.limit_in_bytes").write_text(str(limit_mb * MB))
@@ -64,6 +66,16 @@ def memory_cgroup(limit_mb: int) -> Iterator[Path]:
         for pid in (group / "cgroup.procs").read_text().split():
             (CGROUP_ROOT / "cgroup.procs").write_text(pid)  # back to the root before removing
         group.rmdir()
+
+
+def evict_from_page_cache(directory: Path) -> None:
+    for path in directory.iterdir():
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def measure(
@@ -128,6 +140,7 @@ def main() -> None:
         for name, d in (("in RAM", args.in_ram), ("on disk", args.on_disk))
     }
     if args.limit_mb:
+        evict_from_page_cache(args.on_disk)
         with memory_cgroup(args.limit_mb) as group:
             result[f"on disk, {args.limit_mb} MB limit"] = measure(args.on_disk, args, texts, log_dir, group)
 
