@@ -134,11 +134,14 @@ def build_bundle(
     sts_scores: Any = None,
     gate: ParityGate | None = None,
     overwrite: bool = False,
+    calibration_texts: list[str] | None = None,
+    calibration_source: str = "",
 ) -> dict[str, Any]:
     """Export, fuse, quantise, check parity and write a bundle; raise BundleError if the gate fails.
 
     ``sts_scores``, when given, is a callable ``encode_fn -> STS-B test Spearman`` used to bound
-    the int8 quality loss against the PyTorch model.
+    the int8 quality loss against the PyTorch model. ``calibration_texts``, when given, are encoded
+    with the int8 graph for the int8/uint8 embedding ranges (export/quantize.py) in the manifest.
     """
     from sentence_transformers import SentenceTransformer
 
@@ -171,17 +174,25 @@ def build_bundle(
         failures = _gate_failures(figures, gate)
         if failures:
             raise BundleError(f"parity gate failed: {'; '.join(failures)} (figures: {figures})")
+        widths = trained_widths(Path(source), info.dim)
+        quantization = {}
+        if calibration_texts:
+            from export.quantize import calibrate
+
+            record = calibrate(encoders["int8"].encode, calibration_texts, widths, calibration_source)
+            quantization = {"quantization": record}
         manifest = _write_manifest(
             tmp,
             {
                 **asdict(info),
                 "input_names": list(info.input_names),
                 "pad_token_id": pad_id,
-                "trained_widths": trained_widths(Path(source), info.dim),
+                "trained_widths": widths,
                 "source": {"checkpoint": str(source), "files": sha256_tree(Path(source))},
                 "fused_operators": fused,
                 "parity": figures,
                 "gate": asdict(gate),
+                **quantization,
             },
         )
     log.info("bundle written to %s: %s", out, figures)

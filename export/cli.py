@@ -19,9 +19,20 @@ def _stsb_test(sts_dir: str | None, data_dir: str | None) -> tuple[list[Any], li
     return pairs, distinct_sentences(pairs)
 
 
+export_app = typer.Typer(
+    help="Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch; "
+    "`export calibrate` adds int8/uint8 embedding ranges to a bundle.",
+    invoke_without_command=True,
+)
+
+
+@export_app.callback()
 def export_command(
-    model: Annotated[str, Opt("--model", help="Checkpoint folder (or packaged name / hub id) to export.")],
-    out: Annotated[Path, Opt("--out", help="Bundle directory to write.")],
+    ctx: typer.Context,
+    model: Annotated[
+        str | None, Opt("--model", help="Checkpoint folder (or packaged name / hub id) to export (required).")
+    ] = None,
+    out: Annotated[Path | None, Opt("--out", help="Bundle directory to write (required).")] = None,
     sts_dir: Annotated[
         str | None, Opt(help="STS data for the parity gate and STS-B figures (default: <data-dir>/sts).")
     ] = None,
@@ -30,15 +41,28 @@ def export_command(
     int8_mean_cosine: Annotated[float, Opt(help="Gate: int8 vs PyTorch, mean cosine.")] = 0.99,
     int8_max_sts_drop: Annotated[float, Opt(help="Gate: largest STS-B test drop of int8, points.")] = 0.5,
     overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
+    calibration_corpus: Annotated[
+        str | None,
+        Opt(help="Corpus (.txt / .txt.gz, one sentence a line) for the int8/uint8 embedding ranges."),
+    ] = None,
+    calibration_sentences: Annotated[
+        int, Opt(min=1, help="Sentences of --calibration-corpus to calibrate on (its first N).")
+    ] = 10_000,
 ) -> None:
     """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from distilembed.errors import UserError
     from export.bundle import ParityGate, build_bundle
     from training.evaluation import evaluate_pairs
 
+    if model is None or out is None:
+        raise UserError("export needs --model and --out, or a subcommand (see distilembed export --help)")
     if out.exists() and not overwrite:
-        from distilembed.errors import UserError
-
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
+    calibration_texts = None
+    if calibration_corpus is not None:
+        calibration_texts = _corpus(calibration_corpus, data_dir, calibration_sentences)
     pairs, sentences = _stsb_test(sts_dir, data_dir)
     gate = ParityGate(fp32_min_cosine, int8_mean_cosine, int8_max_sts_drop)
     manifest = build_bundle(
@@ -48,8 +72,42 @@ def export_command(
         sts_scores=lambda encode: evaluate_pairs(encode, pairs),
         gate=gate,
         overwrite=overwrite,
+        calibration_texts=calibration_texts,
+        calibration_source=calibration_corpus or "",
     )
-    typer.echo(f"bundle {out}: dim {manifest['dim']}, parity {manifest['parity']}")
+    calibrated = manifest.get("quantization", {}).get("int8_ranges", {})
+    typer.echo(
+        f"bundle {out}: dim {manifest['dim']}, parity {manifest['parity']}"
+        + (f", int8 ranges for widths {', '.join(calibrated)}" if calibrated else "")
+    )
+
+
+def _corpus(corpus: str, data_dir: str | None, sentences: int) -> list[str]:
+    from distilembed.paths import resolve_data_path
+    from training.data.text import read_sentences
+
+    return read_sentences(resolve_data_path(corpus, data_dir), limit=sentences)
+
+
+@export_app.command("calibrate")
+def calibrate_command(
+    bundle: Annotated[Path, Opt("--bundle", help="Bundle directory whose manifest.json gets the ranges.")],
+    corpus: Annotated[
+        str, Opt("--corpus", help="Corpus (.txt / .txt.gz, one sentence a line), or relative to --data-dir.")
+    ],
+    sentences: Annotated[int, Opt(min=1, help="Calibrate on the corpus's first N sentences.")] = 10_000,
+    data_dir: Annotated[str | None, Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR")] = None,
+) -> None:
+    """Record int8/uint8 embedding ranges in a bundle's manifest (per trained width), atomically.
+
+    They are the per-dimension min and max of the corpus's vectors from the bundle's int8 graph,
+    cut to each width and re-normalised; the service needs them for `encoding_format` int8/uint8.
+    """
+    from export.quantize import calibrate_bundle
+
+    record = calibrate_bundle(bundle, corpus, sentences, data_dir)
+    widths, texts = ", ".join(record["int8_ranges"]), record["calibration"]["texts"]
+    typer.echo(f"bundle {bundle}: int8 ranges for widths {widths} from {texts} texts")
 
 
 def upgrade_bundle_command(
@@ -73,5 +131,5 @@ def upgrade_bundle_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export")(export_command)
+    app.add_typer(export_app, name="export")
     app.command("upgrade-bundle")(upgrade_bundle_command)

@@ -6,6 +6,8 @@ bundle is refused with one clear error.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +38,20 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class BundleError(UserError):
     """A bundle that is missing, corrupt, or not what its manifest says."""
+
+
+def bundle_identity(bundle: Path) -> str | None:
+    """What an index records as the bundle it was built with: the sha256 of manifest.json as written
+    without its ``quantization`` entry (``export calibrate`` adds int8 ranges later, which change no
+    vector), so calibrating a bundle keeps the indexes built with it; None without a manifest."""
+    path = Path(bundle) / "manifest.json"
+    if not path.is_file():
+        return None
+    manifest = read_manifest(bundle)
+    if "quantization" not in manifest:
+        return sha256_file(path)
+    del manifest["quantization"]  # re-serialised as atomic_write_json wrote it before calibration
+    return hashlib.sha256((json.dumps(manifest, indent=2, sort_keys=False) + "\n").encode()).hexdigest()
 
 
 def verify_bundle(bundle: Path, files: Sequence[str]) -> dict[str, Any]:

@@ -24,11 +24,10 @@ from distilembed.artifacts import (
     atomic_write_json,
     git_commit,
     now_iso,
-    sha256_file,
     tool_versions,
 )
 from distilembed.errors import UserError
-from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, verify_bundle
+from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, bundle_identity, verify_bundle
 from index.assemble import assemble, save_shard, shard_path
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
 from index.integrity import with_files
@@ -161,7 +160,7 @@ def _create_empty(cfg: BuildConfig, out: Path, overwrite: bool) -> dict[str, Any
         DocumentStore(tmp / STORE_FILE).close()
         save_index(build_index(np.zeros((0, dim), dtype=np.float32), plan), tmp / INDEX_FILE)
         manifest = _index_manifest(
-            cfg, sha256_file(Path(cfg.bundle) / "manifest.json"), dim=dim, plan=plan, ntotal=0, corpus=None
+            cfg, bundle_identity(Path(cfg.bundle)), dim=dim, plan=plan, ntotal=0, corpus=None
         )
         manifest = with_files(tmp, manifest)
         atomic_write_json(tmp / "manifest.json", manifest)
@@ -181,7 +180,7 @@ def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> di
     start = time.perf_counter()
     plan = plan_corpus(spec, cfg.shard_size)  # validates the corpus before a model is loaded
     bundle = verify_bundle(Path(cfg.bundle), [MODEL_FILES.get(cfg.variant, cfg.variant), TOKENIZER_FILE])
-    bundle_sha = sha256_file(Path(cfg.bundle) / "manifest.json")
+    bundle_sha = bundle_identity(Path(cfg.bundle))
     work = out.with_name(out.name + ".partial")
     _check_resume(
         work,

@@ -94,14 +94,14 @@ def init_command(
 
 def _encoder_for(index_dir: Path, bundle: Path | None, writable: bool) -> tuple[Any, Any]:
     """The index, opened for writing or only to search, and the encoder of its bundle."""
-    from distilembed.artifacts import read_manifest, sha256_file
-    from export.runtime import Encoder
+    from distilembed.artifacts import read_manifest
+    from export.runtime import Encoder, bundle_identity
     from index.live import open_for_bundle
 
     meta = read_manifest(index_dir)["bundle"] if (index_dir / "manifest.json").is_file() else {}
     bundle_dir = bundle or Path(meta.get("path", ""))
     encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
-    bundle_sha = sha256_file(bundle_dir / "manifest.json")
+    bundle_sha = bundle_identity(bundle_dir)
     live = open_for_bundle(index_dir, encoder.dim, bundle_sha, writable=writable)
     return live, encoder
 

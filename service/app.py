@@ -15,7 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
 
-from distilembed.artifacts import sha256_file, tool_versions
+from distilembed.artifacts import tool_versions
 from distilembed.errors import UserError
 from service import errors, openapi
 from service.auth import KeyRing, require_read, require_write
@@ -47,9 +47,10 @@ def load_encoder(settings: Settings) -> EncoderLike:
 
 
 def bundle_sha256(bundle: Path) -> str | None:
-    """sha256 of the bundle's manifest.json: what an index records as the bundle it was built with."""
-    manifest = bundle / "manifest.json"
-    return sha256_file(manifest) if manifest.is_file() else None
+    """What an index records as the bundle it was built with (export/runtime.py bundle_identity)."""
+    from export.runtime import bundle_identity
+
+    return bundle_identity(bundle)
 
 
 def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLike | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from service.routes_embed import with_encodings
 from service.settings import Settings
 
 
@@ -52,6 +53,8 @@ def install(app: FastAPI, settings: Settings, dim: Callable[[], int | None]) -> 
     generate = app.openapi  # FastAPI's, which caches the generated document
 
     def openapi() -> dict[str, Any]:
-        return with_limits(generate(), settings, dim())
+        # and the bundle's encodings: int8/uint8 only where it has calibrated ranges
+        encoder = getattr(getattr(app.state, "service", None), "encoder", None)
+        return with_encodings(with_limits(generate(), settings, dim()), encoder)
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -1,19 +1,21 @@
 """Embedding routes: OpenAI ``/v1/embeddings``, TEI ``/embed`` and ``/similarity`` (+ pairs mode).
 
 Responses are built as plain JSON by orjson (no response-model validation of thousands of floats);
-the declared response models still describe them in the OpenAPI schema.
+the declared response models still describe them in the OpenAPI schema. ``encoding_format``
+quantises the (cut, re-normalised) vectors as sentence-transformers does (export/quantize.py).
 """
 
 from __future__ import annotations
 
-import base64
+from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
+from export import quantize
 from service.errors import documented, payload_too_large, require_json, took_ms, validation
 from service.responses import FastJSONResponse
-from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, SimilarityRequest
+from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, SimilarityRequest, Vector
 from service.state import State
 
 # Every route takes a JSON body; create_app adds the read-key check when keys are set.
@@ -30,28 +32,49 @@ def shorten(vectors: np.ndarray, dimensions: int | None, dim: int) -> np.ndarray
         return vectors
     if dimensions > dim:
         raise validation(f"dimensions={dimensions} exceeds the model's {dim}")
-    cut = vectors[:, :dimensions]
-    return cut / np.maximum(np.linalg.norm(cut, axis=1, keepdims=True), 1e-12)
+    return quantize.prefix(vectors, dimensions)
 
 
-def to_base64(vector: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+def served_encodings(encoder: Any, width: int | None = None) -> list[str]:
+    """The encodings served at ``width`` (at some width when None): int8/uint8 need calibrated ranges."""
+    widths = quantize.int8_widths(getattr(encoder, "manifest", {}))
+    calibrated = widths if width is None else [w for w in widths if w == width]
+    return [e for e in quantize.ENCODINGS if e not in quantize.CALIBRATED or calibrated]
+
+
+def _ranges(encoder: Any, encoding: str, width: int) -> np.ndarray | None:
+    """The calibration ranges ``encoding`` needs at ``width``; 422 when the bundle has none."""
+    if encoding not in quantize.CALIBRATED:
+        return None
+    manifest = getattr(encoder, "manifest", {})
+    ranges = quantize.int8_ranges(manifest, width)
+    if ranges is None:
+        widths = ", ".join(map(str, quantize.int8_widths(manifest))) or "none"
+        raise validation(
+            f"encoding_format={encoding} needs int8 ranges calibrated at {width} dimensions; this bundle "
+            f"has them for widths: {widths} (add them with `{quantize.CALIBRATE_HINT}`)"
+        )
+    return ranges
+
+
+def encode_rows(vectors: np.ndarray, encoding: str, ranges: np.ndarray | None) -> np.ndarray | list[str]:
+    """Rows in ``encoding``: an array orjson writes as lists of numbers, or base64 strings."""
+    if encoding == "base64":
+        return [quantize.pack_base64(v) for v in vectors]
+    return np.ascontiguousarray(quantize.quantize(vectors, encoding, ranges))
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingResponse, tags=["embeddings"])
 async def openai_embeddings(body: EmbeddingRequest, request: Request, state: State) -> FastJSONResponse:
-    """OpenAI-compatible embeddings."""
+    """OpenAI-compatible embeddings, optionally cut (``dimensions``) and quantised (``encoding_format``)."""
     encoder, _ = state.require_encoder()
     if body.dimensions is not None and body.dimensions > encoder.dim:
         raise validation(f"dimensions={body.dimensions} exceeds the model's {encoder.dim}")
+    ranges = _ranges(encoder, body.encoding_format, body.dimensions or encoder.dim)
     texts = state.check_texts(_as_list(body.input))
     embedded = await state.embed(texts)
     vectors = shorten(embedded.vectors, body.dimensions, encoder.dim)
-    rows = (
-        [to_base64(v) for v in vectors]
-        if body.encoding_format == "base64"
-        else list(np.ascontiguousarray(vectors))
-    )
+    rows = encode_rows(vectors, body.encoding_format, ranges)
     tokens = sum(embedded.tokens)
     return FastJSONResponse(
         {
@@ -64,12 +87,42 @@ async def openai_embeddings(body: EmbeddingRequest, request: Request, state: Sta
     )
 
 
-@router.post("/embed", response_model=list[list[float]], tags=["embeddings"])
+@router.post("/embed", response_model=list[Vector], tags=["embeddings"])
 async def tei_embed(body: EmbedRequest, state: State) -> FastJSONResponse:
-    """TEI-compatible: a list of vectors (always unit length). ``took_ms`` is in the X-Took-Ms header."""
+    """TEI-compatible: a list of vectors (always unit length) in ``encoding_format``. ``took_ms`` is in
+    the X-Took-Ms header."""
+    encoder, _ = state.require_encoder()
+    ranges = _ranges(encoder, body.encoding_format, encoder.dim)
     texts = state.check_texts(_as_list(body.inputs), body.truncate)
     embedded = await state.embed(texts)
-    return FastJSONResponse(np.ascontiguousarray(embedded.vectors))
+    return FastJSONResponse(encode_rows(embedded.vectors, body.encoding_format, ranges))
+
+
+def with_encodings(schema: dict[str, Any], encoder: Any) -> dict[str, Any]:
+    """Write this bundle's encodings into the request schemas of the OpenAPI document (in place,
+    idempotent): int8/uint8 only where it has ranges, and on ``/v1/embeddings`` only with a
+    ``dimensions`` that has them, so the document allows exactly what is served."""
+    models = schema.get("components", {}).get("schemas", {})
+    if encoder is None:
+        return schema
+    dim = encoder.dim
+    if "EmbedRequest" in models:
+        models["EmbedRequest"]["properties"]["encoding_format"]["enum"] = served_encodings(encoder, dim)
+    openai = models.get("EmbeddingRequest")
+    if openai is None:
+        return schema
+    openai["properties"]["encoding_format"]["enum"] = served_encodings(encoder)
+    openai.pop("allOf", None)
+    widths = quantize.int8_widths(getattr(encoder, "manifest", {}))
+    if widths and set(range(1, dim + 1)) - set(widths):
+        # null (or no `dimensions`) asks for the full width
+        then: dict[str, Any] = {"properties": {"dimensions": {"enum": [*widths, None]}}}
+        if dim not in widths:
+            then = {"properties": {"dimensions": {"enum": widths}}, "required": ["dimensions"]}
+        calibrated = {"enum": list(quantize.CALIBRATED)}
+        condition = {"properties": {"encoding_format": calibrated}, "required": ["encoding_format"]}
+        openai["allOf"] = [{"if": condition, "then": then}]
+    return schema
 
 
 @router.post("/similarity", response_model=list[float], tags=["embeddings"])

@@ -8,7 +8,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from export.quantize import int8_widths
 from service.errors import documented, took_ms
+from service.routes_embed import served_encodings
 from service.schemas import Health, Info, Ready
 from service.state import State, index_info
 
@@ -58,6 +60,8 @@ async def info(request: Request, state: State) -> Info:
         model=state.model,
         dim=encoder.dim,
         trained_widths=trained_widths(encoder),
+        encodings=served_encodings(encoder),
+        int8_widths=int8_widths(getattr(encoder, "manifest", {})),
         max_seq_len=encoder.max_seq_len,
         variant=str(getattr(encoder, "variant", s.variant)),
         bundle=str(getattr(encoder, "bundle", s.bundle)),

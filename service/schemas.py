@@ -59,21 +59,33 @@ class Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
 
+# export/quantize.py ENCODINGS; the OpenAPI document lists int8/uint8 only where the bundle has ranges
+EncodingFormat = Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]
+ENCODING_HELP = (
+    "`float`: float32 numbers; `base64`: little-endian float32 bytes, base64-encoded; `int8`/`uint8`: "
+    "one integer per dimension, scaled by the bundle's calibrated per-dimension ranges; "
+    "`binary`/`ubinary`: sign bits packed 8 to an integer (int8 offset by -128, or uint8), "
+    "ceil(width / 8) of them. As sentence-transformers' `quantize_embeddings`."
+)
+# A vector as JSON: floats, integers (the quantised encodings), or a base64 string.
+Vector = list[float] | list[int] | str
+
+
 # OpenAI /v1/embeddings
 class EmbeddingRequest(Lenient):
     input: Text | Texts = Field(description="A text or a list of texts.")
     model: str | None = Field(None, description="Accepted for compatibility; the served model answers.")
-    encoding_format: Literal["float", "base64"] = Field(
-        "float", description="`base64`: little-endian float32 bytes, base64-encoded."
-    )
+    encoding_format: EncodingFormat = Field("float", description=ENCODING_HELP)
     dimensions: Positive | None = Field(
-        None, description="Keep the first N dimensions (N <= model dim), then re-normalise."
+        None,
+        description="Keep the first N dimensions (N <= model dim), then re-normalise; the encoding "
+        "applies to the result (int8/uint8 only at widths with calibrated ranges: /info int8_widths).",
     )
 
 
 class EmbeddingItem(BaseModel):
     object: Literal["embedding"] = "embedding"
-    embedding: list[float] | str
+    embedding: Vector
     index: int
 
 
@@ -95,6 +107,7 @@ class EmbedRequest(Lenient):
     inputs: Text | Texts
     normalize: bool = Field(True, description="Vectors are always unit length; `false` is accepted.")
     truncate: bool = Field(False, description="Cut texts over the character limit instead of refusing them.")
+    encoding_format: EncodingFormat = Field("float", description=ENCODING_HELP)
 
 
 class SimilarityInputs(Lenient):
@@ -229,6 +242,12 @@ class Info(BaseModel):
     trained_widths: list[int] = Field(
         description="Widths the model was trained at, widest first (Matryoshka students list several): "
         "`dimensions` accepts any width from 1 to `dim`; these keep the most quality."
+    )
+    encodings: list[str] = Field(
+        description="The `encoding_format` values served (int8/uint8 only with calibrated ranges)."
+    )
+    int8_widths: list[int] = Field(
+        description="Widths (`dimensions`) with calibrated int8/uint8 ranges, widest first; [] if none."
     )
     max_seq_len: int
     variant: str

@@ -145,3 +145,20 @@ def test_trained_widths_come_from_the_checkpoint_manifest(tmp_path) -> None:
     assert trained_widths(tmp_path, 128) == [128]  # no training manifest: the full width only
     (tmp_path / "manifest.json").write_text(json.dumps({"matryoshka": {"widths": [128, 64, 32]}}))
     assert trained_widths(tmp_path, 128) == [128, 64, 32]
+
+
+def test_calibrating_a_bundle_keeps_its_identity(tmp_path) -> None:
+    """An index records the bundle it was built with; adding int8 ranges changes no vector, so it
+    must not change that identity (or every index built before would be refused)."""
+    from distilembed.artifacts import atomic_write_json, sha256_file
+    from export.runtime import bundle_identity
+
+    manifest = {"kind": "bundle", "dim": 4, "files": {"model.onnx": "ab"}}
+    atomic_write_json(tmp_path / "manifest.json", manifest)
+    before = bundle_identity(tmp_path)
+    assert before == sha256_file(tmp_path / "manifest.json")
+    atomic_write_json(tmp_path / "manifest.json", manifest | {"quantization": {"int8_ranges": {}}})
+    assert bundle_identity(tmp_path) == before
+    atomic_write_json(tmp_path / "manifest.json", manifest | {"dim": 8})
+    assert bundle_identity(tmp_path) != before
+    assert bundle_identity(tmp_path / "missing") is None
