@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import typer
 
@@ -48,14 +49,28 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
+        for exceptions in _click_exception_modules():
+            if isinstance(exc, exceptions.ClickException):
+                exc.show()
+                sys.exit(exc.exit_code)
+            if isinstance(exc, exceptions.Exit):
+                sys.exit(exc.exit_code)
         raise
+
+
+def _click_exception_modules() -> list[Any]:
+    """click's exception module, and typer's vendored copy of click where it has one (typer 0.29
+    raises its own ``typer._click`` classes, which click's ``isinstance`` checks do not catch)."""
+    import click
+
+    modules: list[Any] = [click.exceptions]
+    try:
+        from typer import _click  # type: ignore[attr-defined]
+
+        modules.append(_click.exceptions)
+    except ImportError:
+        pass
+    return modules
 
 
 if __name__ == "__main__":
