@@ -16,9 +16,8 @@ import pytest
     ],
 )
 def test_usage_errors_exit_2_without_a_traceback(args: list[str], expected: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "distilembed.cli", *args], check=False, capture_output=True, text=True, timeout=120
-    )
+    command = [sys.executable, "-m", "distilembed.cli", *args]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120)
     output = done.stdout + done.stderr
     assert done.returncode == 2
     assert expected in output and "Traceback" not in output
