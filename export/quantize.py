@@ -144,7 +144,7 @@ def calibrate_bundle(
     ``data_dir`` too) with the bundle's int8 encoder and write their ranges into its manifest.json,
     atomically. The manifest's ``files`` hashes do not cover manifest.json, so the bundle still
     verifies. Returns the ``quantization`` record."""
-    from distilembed.artifacts import atomic_write_json, read_manifest
+    from distilembed.artifacts import atomic_write_json
     from distilembed.paths import resolve_data_path
     from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, verify_bundle
     from training.data.text import read_sentences
@@ -153,8 +153,7 @@ def calibrate_bundle(
     encoder = Encoder(bundle, variant="int8")  # checks the bundle first
     texts = read_sentences(resolve_data_path(corpus, data_dir), limit=sentences)
     record = calibrate(encoder.encode, texts, bundle_widths(encoder.manifest), str(corpus))
-    manifest = read_manifest(bundle)
-    manifest["quantization"] = record
+    manifest = {**encoder.manifest, "quantization": record}  # the manifest the encoder verified
     atomic_write_json(bundle / "manifest.json", manifest)
     verify_bundle(bundle, [MODEL_FILES["int8"], TOKENIZER_FILE])
     return record

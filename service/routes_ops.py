@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from export.quantize import int8_widths
+from export.quantize import bundle_widths, int8_widths
 from service.errors import documented, took_ms
 from service.routes_embed import served_encodings
 from service.schemas import Health, Info, Ready
@@ -44,8 +44,7 @@ async def metrics(state: State) -> Response:
 
 def trained_widths(encoder: Any) -> list[int]:
     """The bundle manifest's ``trained_widths`` (export records the student's), else just ``dim``."""
-    widths = getattr(encoder, "manifest", {}).get("trained_widths") or [encoder.dim]
-    return [int(w) for w in widths]
+    return bundle_widths({"dim": encoder.dim} | getattr(encoder, "manifest", {}))
 
 
 @info_router.get("/info", response_model=Info, responses=documented(503))

@@ -7,6 +7,8 @@ import pytest
 
 from tests.tiny_models import make_tiny_bert, make_tiny_sentence_model, tiny_sentences
 
+pytest_plugins = ["tests.service_client"]  # make_client, clean_service_env
+
 SHARED_DATA = Path(
     os.environ.get("DISTILEMBED_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")
 )

@@ -31,7 +31,6 @@ from service.app import create_app
 from service.schemas import EncodingFormat
 from service.settings import Settings
 from service.testing import FakeEncoder
-from tests.test_service_api import make_settings
 from tests.tiny_models import tiny_sentences
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,11 +39,7 @@ TEXTS = ["a cat sat on the mat", "dogs bark loudly at night", "the stock market 
 CALIBRATION_TEXTS = tiny_sentences(200, seed=7)
 PLAIN = ["float", "base64", "binary", "ubinary"]  # served without calibration ranges
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in Settings.model_fields:
-        monkeypatch.delenv(f"DISTILEMBED_{name.upper()}", raising=False)
+pytestmark = pytest.mark.usefixtures("clean_service_env")
 
 
 def calibrated_encoder(widths: list[int] = WIDTHS) -> FakeEncoder:
@@ -55,23 +50,6 @@ def calibrated_encoder(widths: list[int] = WIDTHS) -> FakeEncoder:
         "calibration": {"source": "tiny sentences", "texts": len(CALIBRATION_TEXTS)},
     }
     return encoder
-
-
-@pytest.fixture
-def make_client():
-    clients: list[TestClient] = []
-
-    def make(encoder: FakeEncoder) -> TestClient:
-        client = TestClient(create_app(make_settings(), encoder), raise_server_exceptions=False)
-        client.__enter__()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        registry = client.app.state.service.metrics.registry
-        client.__exit__(None, None, None)
-        assert registry.get_sample_value("distilembed_internal_errors_total") == 0
 
 
 @pytest.fixture

@@ -12,48 +12,9 @@ from index.store import Document
 from service.app import create_app
 from service.settings import Settings
 from service.testing import FakeEncoder, FakeIndex
+from tests.service_client import make_settings
 
-SETTINGS_FIELDS = tuple(Settings.model_fields)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in SETTINGS_FIELDS:
-        monkeypatch.delenv(f"DISTILEMBED_{name.upper()}", raising=False)
-
-
-def make_settings(**overrides) -> Settings:
-    base = {
-        "bundle": "fake-bundle",
-        "warmup": False,
-        "max_items": 8,
-        "max_chars": 100,
-        "max_queue": 64,
-        "max_batch": 4,
-        "max_wait_ms": 0,
-        "max_payload_bytes": 4096,
-        "max_top_k": 20,
-    }
-    return Settings(**(base | overrides))
-
-
-@pytest.fixture
-def make_client():
-    clients: list[TestClient] = []
-
-    def make(encoder=None, index=None, **overrides) -> TestClient:
-        app = create_app(make_settings(**overrides), encoder or FakeEncoder(), index)
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        registry = client.app.state.service.metrics.registry
-        client.__exit__(None, None, None)
-        # none of the cases in this module may reach the catch-all 500 handler
-        assert registry.get_sample_value("distilembed_internal_errors_total") == 0
+pytestmark = pytest.mark.usefixtures("clean_service_env")
 
 
 @pytest.fixture

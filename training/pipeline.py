@@ -237,9 +237,9 @@ def _final_scores(
     from sentence_transformers import SentenceTransformer
 
     best = SentenceTransformer(str(best_dir), device=device)
-    encode = memoised(sentence_transformer_encoder(best, batch_size=128))
-    sts = evaluate_sts(encode, find_sts_sets(sts_dir))
-    by_width = {m: evaluate_sts(truncated(encode, m), find_sts_sets(sts_dir)) for m in widths.widths[1:]}
+    encode, sets = memoised(sentence_transformer_encoder(best, batch_size=128)), find_sts_sets(sts_dir)
+    sts = evaluate_sts(encode, sets)
+    by_width = {m: evaluate_sts(truncated(encode, m), sets) for m in widths.widths[1:]}
     report = {
         "widths": list(widths.widths),
         "weights": list(widths.weights),

@@ -134,7 +134,7 @@ class ConGenLoss(nn.Module):
             self.bank.enqueue(teacher_reference)  # once per batch, whatever the widths
         control, general = self.head(student_control.float()), self.head(student_general.float())
         queue = self.bank.vectors()  # column order does not matter to eq. 1-2
-        widths = widths or Widths((control.shape[-1],), (1.0,))
+        widths = widths or Widths.full(control.shape[-1])
         if widths.nested and not isinstance(self.head, nn.Identity):
             raise ValueError("Matryoshka ConGen needs the student and teacher widths equal (no head)")
 

@@ -119,7 +119,7 @@ class DistilCSELoss(nn.Module):
                 return kd_loss(projected, teacher)
             return ckd_loss(projected, teacher, queue, self.tau)
 
-        loss = matryoshka_loss(at, widths or Widths((student.shape[-1],), (1.0,)))
+        loss = matryoshka_loss(at, widths or Widths.full(student.shape[-1]))
         if self.contrastive and self.bank is not None and self.training:
             self.bank.enqueue(teacher)  # after the loss: a batch is never its own queued negative
         return loss

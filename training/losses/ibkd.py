@@ -217,7 +217,7 @@ class IBKDLoss(nn.Module):
                 gamma=self.gamma,
             )
 
-        return matryoshka_loss(at, widths or Widths((student.shape[-1],), (1.0,)))
+        return matryoshka_loss(at, widths or Widths.full(student.shape[-1]))
 
 
 class IBKDFinetuneLoss(nn.Module):

@@ -32,11 +32,16 @@ class Widths:
     weights: tuple[float, ...]
 
     @classmethod
+    def full(cls, dim: int) -> Widths:
+        """Plain training: the one width ``dim``, weight 1."""
+        return cls((dim,), (1.0,))
+
+    @classmethod
     def parse(cls, widths: Sequence[int], weights: Sequence[float], dim: int) -> Widths:
         """Validate ``--matryoshka`` and ``--matryoshka-weights`` against the student's width; no
         widths means plain training (the one width d, weight 1)."""
         if not widths:
-            return cls((dim,), (1.0,))
+            return cls.full(dim)
         widths = tuple(int(w) for w in widths)
         if widths[0] != dim:
             raise ValueError(f"--matryoshka must start at the student's width {dim}, got {widths[0]}")
