@@ -9,6 +9,7 @@ int id) is kept.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,10 +20,11 @@ from tqdm.auto import tqdm
 
 from distilembed.errors import UserError
 from index.corpus import CorpusSpec, CorpusStats
-from index.integrity import IVFDATA_FILE
+from index.integrity import IVFDATA_FILE, RESCORE_FILE
+from index.rescore import write_batches
 from index.splits import CorpusPlan, Split, iter_split_documents
 from index.store import DocumentStore
-from index.vectors import IndexPlan, add, build_index, c_stdout_to_stderr, plan_index, save_index
+from index.vectors import RESCORED, IndexPlan, add, build_index, c_stdout_to_stderr, plan_index, save_index
 
 log = logging.getLogger(__name__)
 BLOCK_ROWS = 1 << 20  # vectors per temporary IVF block of an on-disk build (~0.5 GB at 128-d)
@@ -111,13 +113,14 @@ def assemble(
     out: Path,
     *,
     dim: int,
-    index_plan: tuple[int, int, str],
+    index_plan: tuple[int, int, str, tuple[int, int]],
     on_disk: bool,
     index_file: str,
     store_file: str,
 ) -> Assembled:
     """Write the store and the Faiss index for ``plan``'s shards into the directory ``out``.
-    ``index_plan``: (nlist, flat_below, storage) for ``plan_index``."""
+    ``index_plan``: (nlist, flat_below, storage, (pq m, pq bits)) for ``plan_index``. Compressed
+    lists (pq, binary) get the exact vectors in the rescoring file beside them."""
     stats = CorpusStats()
     store = DocumentStore(out / store_file)
     try:
@@ -131,8 +134,8 @@ def assemble(
     if duplicates:
         log.warning("%s: %d duplicate ids, the last occurrence of each kept", spec.path, duplicates)
     masks = _live_masks(ids_per_split, repeated)
-    nlist, flat_below, storage = index_plan
-    plan_ = plan_index(ntotal, nlist, flat_below, storage)
+    nlist, flat_below, storage, pq = index_plan
+    plan_ = plan_index(ntotal, nlist, flat_below, storage, pq)
     if on_disk and plan_.kind != "ivf":
         raise UserError(f"--on-disk needs an IVF index, and {ntotal} vectors plan {plan_.reason}")
     log.info("index plan: %s", plan_)
@@ -140,18 +143,22 @@ def assemble(
     train_rows = 64 * plan_.nlist if plan_.kind == "ivf" else 0
     sample = _training_sample(work, plan, sizes, train_rows, seed=0) if train_rows else np.zeros((0, dim))
     index = build_index(sample.astype(np.float32), plan_, train_size=len(sample))
-    batches = (
-        (split, ids[mask], _load(work, split)[mask])
-        for split, ids, mask in zip(plan.splits, ids_per_split, masks, strict=True)
-    )
+
+    def batches() -> Iterator[tuple[Split, np.ndarray, np.ndarray]]:
+        for split, ids, mask in zip(plan.splits, ids_per_split, masks, strict=True):
+            yield split, ids[mask], _load(work, split)[mask]
+
     if on_disk:
-        _fill_on_disk(index, batches, work, out / index_file, ntotal)
+        _fill_on_disk(index, batches(), work, out / index_file, ntotal)
     else:
         with tqdm(total=ntotal, desc="index", unit="vec", dynamic_ncols=True) as bar:
-            for _, ids, vectors in batches:
+            for _, ids, vectors in batches():
                 add(index, vectors, ids)
                 bar.update(len(ids))
         save_index(index, out / index_file)
+    if plan_.kind == "ivf" and plan_.storage in RESCORED:
+        rows = max(int(ids.max()) + 1 for ids in ids_per_split if len(ids))
+        write_batches(out / RESCORE_FILE, ((ids, vectors) for _, ids, vectors in batches()), rows, dim)
     return Assembled(ntotal, dim, plan_, stats, duplicates, on_disk)
 
 

@@ -12,7 +12,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from index.integrity import with_files
 from index.live import INDEX_FILE, STORE_FILE, writer_lock_held
 from index.splits import LINES_PER_SPLIT, CorpusPlan, Split, iter_split_documents, plan_corpus
 from index.store import Document, DocumentStore
-from index.vectors import IndexPlan, build_index, check_storage, save_index
+from index.vectors import RESCORED, IndexPlan, build_index, check_storage, default_pq_m, save_index
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ class BuildConfig:
     nlist: int = 1024
     nprobe: int = 5
     storage: str = "float32"
+    pq_m: int | None = None  # pq storage: codes per vector (default: one per 8 dimensions)
+    pq_bits: int = 8  # pq storage: bits per code
+    rescore_k: int = 100  # pq and binary storage: candidates rescored with the exact vectors
     flat_below: int = 10_000
     shard_size: int = LINES_PER_SPLIT  # corpus lines per split: encoded in one call, checkpointed
     batch_size: int = 64
@@ -129,7 +132,14 @@ def _index_manifest(
         "plan": plan.reason,
         "ntotal": ntotal,
         "metric": "inner_product",
-    }
+    } | _storage_fields(cfg, plan)
+
+
+def _storage_fields(cfg: BuildConfig, plan: IndexPlan) -> dict[str, Any]:
+    if plan.kind != "ivf" or plan.storage not in RESCORED:
+        return {}
+    pq = {"pq": {"m": plan.pq_m, "bits": plan.pq_bits}} if plan.storage == "pq" else {}
+    return pq | {"rescore_k": cfg.rescore_k}
 
 
 @contextmanager
@@ -174,12 +184,19 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
 
 
 def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> dict[str, Any]:
-    check_storage(cfg.storage)  # before the corpus is read and encoded
+    check_storage(cfg.storage, pq_m=cfg.pq_m or 1, pq_bits=cfg.pq_bits)  # before the corpus is encoded
+    if cfg.on_disk and cfg.storage in RESCORED:
+        raise UserError(f"--on-disk keeps float32 or sq8 lists; {cfg.storage} lists fit in RAM")
+    if cfg.rescore_k < 1:
+        raise UserError(f"--rescore-k must be at least 1, not {cfg.rescore_k}")
     if cfg.engine not in ENGINES:
         raise UserError(f"--engine must be one of {', '.join(ENGINES)}, not {cfg.engine!r}")
     start = time.perf_counter()
     plan = plan_corpus(spec, cfg.shard_size)  # validates the corpus before a model is loaded
     bundle = verify_bundle(Path(cfg.bundle), [MODEL_FILES.get(cfg.variant, cfg.variant), TOKENIZER_FILE])
+    if cfg.pq_m is None:
+        cfg = replace(cfg, pq_m=default_pq_m(int(bundle["dim"])))
+    check_storage(cfg.storage, int(bundle["dim"]), cfg.pq_m or 1, cfg.pq_bits)
     bundle_sha = bundle_identity(Path(cfg.bundle))
     work = out.with_name(out.name + ".partial")
     _check_resume(
@@ -209,7 +226,7 @@ def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> di
             work,
             tmp,
             dim=int(bundle["dim"]),
-            index_plan=(cfg.nlist, cfg.flat_below, cfg.storage),
+            index_plan=(cfg.nlist, cfg.flat_below, cfg.storage, (cfg.pq_m or 1, cfg.pq_bits)),
             on_disk=cfg.on_disk,
             index_file=INDEX_FILE,
             store_file=STORE_FILE,

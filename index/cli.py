@@ -31,8 +31,19 @@ def build_command(
     nlist: Annotated[int, Opt()] = 1024,
     nprobe: Annotated[int, Opt()] = 5,
     storage: Annotated[
-        str, Opt(help="How IVF lists hold vectors: float32, or sq8 (1 byte per dimension, 4x smaller).")
+        str,
+        Opt(
+            help="How IVF lists hold vectors: float32; sq8 (a byte per dimension); pq (--pq-m codes of "
+            "--pq-bits bits) or binary (a bit per dimension), both rescored from float32 vectors on disk."
+        ),
     ] = "float32",
+    pq_m: Annotated[
+        int | None, Opt(help="pq: codes per vector, dividing the dimension (default: one per 8).", min=1)
+    ] = None,
+    pq_bits: Annotated[int, Opt(help="pq: bits per code.", min=1, max=16)] = 8,
+    rescore_k: Annotated[
+        int, Opt(help="pq, binary: candidates taken from the lists and rescored exactly.", min=1)
+    ] = 100,
     on_disk: Annotated[
         bool, Opt(help="Keep the IVF lists in a memory-mapped file (indexes bigger than RAM).")
     ] = False,
@@ -66,6 +77,9 @@ def build_command(
         nlist=nlist,
         nprobe=nprobe,
         storage=storage,
+        pq_m=pq_m,
+        pq_bits=pq_bits,
+        rescore_k=rescore_k,
         threads=threads,
         engine=engine,
         on_disk=on_disk,
@@ -92,7 +106,9 @@ def init_command(
     typer.echo(json.dumps({k: manifest[k] for k in ("ntotal", "dim", "index_type", "plan")}))
 
 
-def _encoder_for(index_dir: Path, bundle: Path | None, writable: bool) -> tuple[Any, Any]:
+def _encoder_for(
+    index_dir: Path, bundle: Path | None, writable: bool, rescore_k: int | None = None
+) -> tuple[Any, Any]:
     """The index, opened for writing or only to search, and the encoder of its bundle."""
     from distilembed.artifacts import read_manifest
     from export.runtime import Encoder, bundle_identity
@@ -102,7 +118,7 @@ def _encoder_for(index_dir: Path, bundle: Path | None, writable: bool) -> tuple[
     bundle_dir = bundle or Path(meta.get("path", ""))
     encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
     bundle_sha = bundle_identity(bundle_dir)
-    live = open_for_bundle(index_dir, encoder.dim, bundle_sha, writable=writable)
+    live = open_for_bundle(index_dir, encoder.dim, bundle_sha, writable=writable, rescore_k=rescore_k)
     return live, encoder
 
 
@@ -112,12 +128,15 @@ def search_command(
     query: Annotated[str, Opt(help="Query text.")],
     k: Annotated[int, Opt("-k", "--top-k")] = 10,
     nprobe: Annotated[int | None, Opt()] = None,
+    rescore_k: Annotated[
+        int | None, Opt(help="pq, binary: candidates rescored (default: the index's).", min=1)
+    ] = None,
     bundle: Annotated[
         Path | None, Opt(help="Bundle to embed the query (default: the one it was built with).")
     ] = None,
 ) -> None:
     """Top-k documents for a query."""
-    live, encoder = _encoder_for(index, bundle, writable=False)
+    live, encoder = _encoder_for(index, bundle, writable=False, rescore_k=rescore_k)
     for rank, hit in enumerate(live.search(encoder.encode([query]), k, nprobe)[0], 1):
         typer.echo(f"{rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")
 
@@ -169,7 +188,11 @@ def delete_command(
 def retrain_command(
     index: Annotated[Path, Opt(help="Index directory to retrain in place (not open in a service).")],
     nlist: Annotated[int, Opt(help="Lists wanted (lowered for a small index).")] = 1024,
-    storage: Annotated[str | None, Opt(help="float32 | sq8 (default: keep the current one).")] = None,
+    storage: Annotated[
+        str | None, Opt(help="float32 | sq8 | pq | binary (default: keep the current one).")
+    ] = None,
+    pq_m: Annotated[int | None, Opt(help="pq: codes per vector (default: keep).", min=1)] = None,
+    pq_bits: Annotated[int | None, Opt(help="pq: bits per code (default: keep).", min=1, max=16)] = None,
     flat_below: Annotated[int, Opt(help="Fewer vectors than this: exact search.")] = 10_000,
 ) -> None:
     """Retrain the IVF on the vectors the index holds (no re-encoding).
@@ -177,10 +200,13 @@ def retrain_command(
     For an index grown from empty or moved to another domain. In a running service: POST /index/retrain
     """
     from index.live import LiveIndex
+    from index.vectors import pq_shape
 
     live = LiveIndex(index)
     try:
-        manifest = live.retrain(nlist=nlist, storage=storage, flat_below=flat_below)
+        m, bits = pq_shape(live.index)
+        pq = (pq_m or m, pq_bits or bits)
+        manifest = live.retrain(nlist=nlist, storage=storage, flat_below=flat_below, pq=pq)
     finally:
         live.close()
     keys = ("ntotal", "index_type", "nlist", "plan", "retrained")
@@ -206,11 +232,11 @@ def shard_command(
 
 @app.command("info")
 def info_command(index: Annotated[Path, typer.Argument(help="Index directory.")]) -> None:
-    """Print an index's manifest."""
+    """Print an index's manifest, with the memory its lists take per document."""
     from index.live import LiveIndex
 
     live = LiveIndex(index, writable=False)
-    typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal}, indent=2))
+    typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal} | live.footprint(), indent=2))
 
 
 @app.command("verify")

@@ -1,11 +1,12 @@
 """Checksums of an index directory's files, kept in its manifest's ``files`` section.
 
-``vectors.faiss`` and ``vectors.ivfdata`` carry bytes + sha256. ``docs.sqlite`` is rewritten by
-every upsert, so it carries no fixed hash: it is checked by SQLite itself (header against file
-size, ``PRAGMA quick_check`` at open, ``PRAGMA integrity_check`` in ``index verify``).
+``vectors.faiss``, ``vectors.ivfdata`` and ``rescore.f32`` carry bytes + sha256. ``docs.sqlite``
+is rewritten by every upsert, so it carries no fixed hash: it is checked by SQLite itself (header
+against file size, ``PRAGMA quick_check`` at open, ``PRAGMA integrity_check`` in ``index verify``).
 
-The Faiss file is replaced (temp file, rename) by checkpoints and retrains. Its record is kept
-right across a crash at any step by accepting two versions while one replaces the other::
+The Faiss file (and the rescoring file of compressed lists) is replaced (temp file, rename) by
+checkpoints and retrains. Its record is kept right across a crash at any step by accepting two
+versions while one replaces the other::
 
     manifest: {old}  ->  manifest: {new, replacing: old}  ->  rename new file in  ->  manifest: {new}
 
@@ -42,8 +43,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 INDEX_FILE, STORE_FILE, IVFDATA_FILE = "vectors.faiss", "docs.sqlite", "vectors.ivfdata"
+RESCORE_FILE = "rescore.f32"  # exact vectors of compressed (pq, binary) lists: index/rescore.py
+REPLACED_FILES = (RESCORE_FILE, INDEX_FILE)  # replaced by rename, in this order (rescore.py says why)
 LOCK_FILE = ".writer.lock"
 STAGED_FILE = f".{INDEX_FILE}.new"  # a replacement Faiss file, hashed before it is renamed in
+STAGED_RESCORE = f".{RESCORE_FILE}.new"
 SQLITE_CHECK = {"check": "sqlite"}
 VERIFY_RETRIES = 100  # a full check of an index another process writes retries until no write lands
 Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size
@@ -63,7 +67,7 @@ def record_files(directory: Path, known: dict[str, dict[str, Any]] | None = None
     """The ``files`` section for a directory's index files (``known``: records already computed)."""
     known = known or {}
     files: dict[str, Any] = {}
-    for name in (INDEX_FILE, IVFDATA_FILE):
+    for name in (INDEX_FILE, IVFDATA_FILE, RESCORE_FILE):
         if (directory / name).is_file():
             files[name] = known.get(name) or record(directory / name)
     return files | {STORE_FILE: dict(SQLITE_CHECK)}
@@ -142,7 +146,7 @@ def check_static_files(where: str, directory: Path, manifest: dict[str, Any]) ->
         if not path.is_file():
             raise UserError(f"{where}: {name} is missing")
         entry = files.get(name, {})
-        if name != INDEX_FILE and "bytes" in entry:  # the Faiss file may be replaced meanwhile
+        if name not in REPLACED_FILES and "bytes" in entry:  # those may be replaced meanwhile
             match_record(where, name, entry, path.stat().st_size, None)
     problem = sqlite_file_problem(directory / STORE_FILE)
     if problem:
@@ -190,54 +194,87 @@ def sqlite_file_problem(path: Path) -> str | None:
     return None
 
 
-def verified_index_file(where: str, directory: Path, retries: int = 100) -> tuple[Identity, dict[str, Any]]:
-    """Hash the Faiss file and check it against the manifest; returns (the identity of the file
-    that was checked, the record it matched). Retried when a writer replaced the file meanwhile."""
-    path = directory / INDEX_FILE
+Checked = dict[str, tuple[Identity, dict[str, Any]]]  # file name -> (identity, record it matched)
+
+
+def verified_files(where: str, directory: Path, names: tuple[str, ...], retries: int = 100) -> Checked:
+    """Hash each of ``names`` (the Faiss file, and the rescoring file where the manifest records
+    one) and check it against the manifest; returns, per file, the identity of the file checked and
+    the record it matched. Retried when a writer replaced a file meanwhile."""
     for _ in range(retries):
-        before = file_identity(path)
-        digest = sha256_file(path)
+        before = {name: file_identity(directory / name) for name in names}
+        digests = {name: sha256_file(directory / name) for name in names}
         manifest = read_manifest(directory)
-        if file_identity(path) == before:  # that file was in place when the manifest was read
-            entry = manifest.get("files", {}).get(INDEX_FILE)
-            if not isinstance(entry, dict):
-                raise UserError(f"{where}: the manifest no longer records {INDEX_FILE}")
-            return before, match_record(where, INDEX_FILE, entry, before[3], digest)
-    raise UserError(f"{where}: {INDEX_FILE} kept being replaced while it was checked")
+        if all(file_identity(directory / name) == before[name] for name in names):  # all in place then
+            checked: Checked = {}
+            for name in names:
+                entry = manifest.get("files", {}).get(name)
+                if not isinstance(entry, dict):
+                    raise UserError(f"{where}: the manifest no longer records {name}")
+                checked[name] = before[name], match_record(where, name, entry, before[name][3], digests[name])
+            return checked
+    raise UserError(f"{where}: {', '.join(names)} kept being replaced while it was checked")
 
 
-def replace_index_file(directory: Path, staged: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Rename ``staged`` over the Faiss file with its record kept crash-safe (module docstring).
-    Returns the manifest to write next, which records only the new file; the caller writes it
-    (after the rename any time is safe: until then the manifest on disk accepts both)."""
-    new = record(staged)
+def recorded_replaced_files(manifest: dict[str, Any]) -> tuple[str, ...]:
+    """The replaced files (module docstring) the manifest records: the Faiss file, then any other."""
+    files = manifest.get("files", {})
+    return (INDEX_FILE, *(name for name in REPLACED_FILES if name != INDEX_FILE and name in files))
+
+
+def replace_files(directory: Path, staged: dict[str, Path], manifest: dict[str, Any]) -> dict[str, Any]:
+    """Rename each staged file (name in the directory -> temp file) over its name, with the records
+    kept crash-safe (module docstring). Returns the manifest to write next, which records only the
+    new files; the caller writes it (after the renames any time is safe: until then the manifest
+    on disk accepts both versions)."""
+    new = {name: record(path) for name, path in staged.items()}
+    final: dict[str, Any] | None = None
     if has_records(manifest):
-        old = _plain(manifest["files"][INDEX_FILE])
-        files = manifest["files"] | {INDEX_FILE: new | {"replacing": old}}
-        write_manifest(directory, manifest | {"files": files})
-        final = manifest | {"files": manifest["files"] | {INDEX_FILE: new}}
-    else:  # an index written before checksums: it gets them with its next snapshot file
-        log.info("%s: recording checksums of its files from now on", directory)
-        final = manifest | {"files": record_files(directory, {INDEX_FILE: new})}
-    staged.replace(directory / INDEX_FILE)
+        files = dict(manifest["files"])
+        for name in [name for name in staged if "sha256" not in files.get(name, {})]:
+            staged.pop(name).replace(directory / name)  # unrecorded, so unused until recorded below
+        interim = files | {
+            name: rec | ({"replacing": _plain(files[name])} if name in staged else {})
+            for name, rec in new.items()
+        }
+        write_manifest(directory, manifest | {"files": interim})
+        final = manifest | {"files": files | new}
+    for name in REPLACED_FILES:
+        if name in staged:
+            staged[name].replace(directory / name)
     fsync_path(directory)
+    if final is None:  # an index written before checksums: it gets them with its next snapshot file
+        log.info("%s: recording checksums of its files from now on", directory)
+        final = manifest | {"files": record_files(directory, new)}
     return final
 
 
-def settle(directory: Path, manifest: dict[str, Any], matched: dict[str, Any]) -> dict[str, Any]:
-    """After a crash mid-replacement, record only the Faiss file that is in place (writer only)."""
-    entry = manifest["files"][INDEX_FILE]
-    if "replacing" not in entry:
+def drop_file(directory: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Stop recording ``name`` (written at once), then delete it; returns the manifest written."""
+    files = {k: v for k, v in manifest.get("files", {}).items() if k != name}
+    dropped = manifest | {"files": files}
+    write_manifest(directory, dropped)
+    (directory / name).unlink(missing_ok=True)
+    fsync_path(directory)
+    return dropped
+
+
+def settle(directory: Path, manifest: dict[str, Any], checked: Checked) -> dict[str, Any]:
+    """After a crash mid-replacement, record only the files that are in place (writer only)."""
+    files = manifest["files"]
+    unsettled = [name for name in checked if "replacing" in files.get(name, {})]
+    if not unsettled:
         return manifest
-    log.info("%s: settling the record of %s after an interrupted replacement", directory, INDEX_FILE)
-    settled = manifest | {"files": manifest["files"] | {INDEX_FILE: matched}}
+    names = ", ".join(unsettled)
+    log.info("%s: settling the record of %s after an interrupted replacement", directory, names)
+    settled = manifest | {"files": files | {name: checked[name][1] for name in unsettled}}
     write_manifest(directory, settled)
     return settled
 
 
 def remove_stale_temps(directory: Path) -> None:
     """Temp files a killed writer left (only the writer, holding the lock, may call this)."""
-    for pattern in (f".{INDEX_FILE}*", f"..{INDEX_FILE}*", ".manifest.json.*"):
+    for pattern in (f".{INDEX_FILE}*", f"..{INDEX_FILE}*", f".{RESCORE_FILE}*", ".manifest.json.*"):
         for path in directory.glob(pattern):
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -245,7 +282,7 @@ def remove_stale_temps(directory: Path) -> None:
 
 def ids_of(index: faiss.Index) -> np.ndarray:
     """The ids an index holds (IVF lists or an IDMap), without decoding any vector."""
-    if isinstance(index, faiss.IndexIVF):
+    if isinstance(index, faiss.IndexIVF | faiss.IndexBinaryIVF):
         lists = index.invlists
         parts = [np.zeros(0, dtype=np.int64)]
         for number in range(index.nlist):

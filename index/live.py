@@ -35,17 +35,31 @@ import numpy as np
 from distilembed.artifacts import atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
 from index import integrity
-from index.integrity import INDEX_FILE, LOCK_FILE, STAGED_FILE, STORE_FILE, writer_lock, writer_lock_held
+from index.integrity import (
+    INDEX_FILE,
+    LOCK_FILE,
+    RESCORE_FILE,
+    STAGED_FILE,
+    STAGED_RESCORE,
+    STORE_FILE,
+    writer_lock,
+    writer_lock_held,
+)
+from index.rescore import Rescorer, write_rows
 from index.store import Document
 from index.vectors import (
     FLAT_BELOW,
+    RESCORED,
     add,
     build_index,
+    bytes_per_vector,
     check_storage,
+    describe,
     held_vectors,
     load_index,
     on_disk,
     plan_index,
+    pq_shape,
     remove,
     save_index,
     search,
@@ -76,6 +90,7 @@ class LiveIndex:
         nprobe: int | None = None,
         checkpoint_every: int = 10_000,
         writable: bool = True,
+        rescore_k: int | None = None,
     ) -> None:
         self.dir = Path(directory)
         if not (self.dir / "manifest.json").is_file():
@@ -87,6 +102,7 @@ class LiveIndex:
         self.kind = str(self.manifest.get("index_type", "ivf"))
         self.nlist = int(self.manifest.get("nlist", 0))
         self.nprobe = nprobe or int(self.manifest["nprobe"])
+        self.rescore_k = rescore_k or int(self.manifest.get("rescore_k", 100))
         self.checkpoint_every = checkpoint_every
         self._lock = threading.RLock()
         self._retraining = threading.Lock()
@@ -113,9 +129,9 @@ class LiveIndex:
         if self.writable:
             integrity.remove_stale_temps(self.dir)
         self.store = integrity.open_store(f"index {self.dir}", self.dir, self.manifest, not self.writable)
-        self._checked: dict[str, Any] | None = None
+        self._checked: integrity.Checked | None = None
         try:
-            self.index, self._snapshot, changes = self._load_consistent(verify=sealed)
+            self.index, self.rescorer, self._snapshot, changes = self._load_consistent(verify=sealed)
         except BaseException:
             self.store.close()
             raise
@@ -127,11 +143,10 @@ class LiveIndex:
     def ntotal(self) -> int:
         return int(self.index.ntotal)
 
-    def _replay(self, index: faiss.Index | None = None) -> list[Change]:
-        """Apply the logged changes to ``index`` (default: this one's); returns them."""
-        index = self.index if index is None else index
+    def _replay(self, index: faiss.Index, rescorer: Rescorer | None) -> list[Change]:
+        """Apply the logged changes to ``index`` and ``rescorer``; returns them."""
         changes = self.store.changes()
-        _apply(index, changes)
+        _apply(index, rescorer, changes)
         return changes
 
     def _changes_after(self, seq: int) -> list[Change]:
@@ -140,23 +155,39 @@ class LiveIndex:
                 "SELECT seq, int_id, vector FROM changes WHERE seq > ? ORDER BY seq", (seq,)
             ).fetchall()
 
-    def _load_consistent(self, verify: bool = False) -> tuple[faiss.Index, Snapshot, list[Change]]:
-        """The snapshot file with the whole change log applied, and the file's identity;
-        ``verify``: the file loaded is one whose sha256 the manifest records.
+    def _load_consistent(
+        self, verify: bool = False
+    ) -> tuple[faiss.Index, Rescorer | None, Snapshot, list[Change]]:
+        """The snapshot file with the whole change log applied, its rescorer (compressed lists)
+        and the file's identity; ``verify``: the files loaded are ones whose sha256 the manifest
+        records.
 
-        Only a reader can race here: a checkpoint renames its new file into place and then drops
-        the rows it covers. The log read counts only if the file read is still in place after it,
-        since then no newer checkpoint dropped rows the file lacks."""
+        Only a reader can race here: a checkpoint renames its new files into place and then drops
+        the rows they cover. The log read counts only if the file read is still in place after it,
+        since then no newer checkpoint dropped rows the file lacks. The rescoring file is opened
+        after that: it is renamed in before the Faiss file, so it holds at least the rows the log
+        no longer does (a newer one only holds rows the log holds too)."""
         while True:
             if verify:
-                checked, self._checked = integrity.verified_index_file(f"index {self.dir}", self.dir)
+                names = integrity.recorded_replaced_files(read_manifest(self.dir))
+                self._checked = integrity.verified_files(f"index {self.dir}", self.dir, names)
             index, snapshot = _read_snapshot(self.dir / INDEX_FILE, self.nprobe)
-            if verify and snapshot != checked:
+            if verify and self._checked is not None and snapshot != self._checked[INDEX_FILE][0]:
                 continue  # replaced since it was hashed: check the new one
             changes = self._changes_after(0)
-            if _snapshot_of(self.dir / INDEX_FILE) == snapshot:
-                _apply(index, changes)
-                return index, snapshot, changes
+            if _snapshot_of(self.dir / INDEX_FILE) != snapshot:
+                continue
+            rescorer = self._open_rescorer(index)
+            checked = self._checked if verify else None
+            if rescorer is not None and checked is not None and rescorer.identity != checked[RESCORE_FILE][0]:
+                continue  # not the file that was hashed
+            _apply(index, rescorer, changes)
+            return index, rescorer, snapshot, changes
+
+    def _open_rescorer(self, index: faiss.Index) -> Rescorer | None:
+        if storage_of(index) not in RESCORED:
+            return None
+        return Rescorer.open(f"index {self.dir}", self.dir / RESCORE_FILE, self.dim, self.rescore_k)
 
     def refresh(self) -> int:
         """Bring a read-only index up to what its writer has committed; returns the changes applied.
@@ -174,15 +205,15 @@ class LiveIndex:
                 # Rows after the last applied are only dropped after a new file is renamed in.
                 if _snapshot_of(self.dir / INDEX_FILE) == self._snapshot:
                     with self._lock:
-                        _apply(self.index, changes)
+                        _apply(self.index, self.rescorer, changes)
                         self._applied = changes[-1][0] if changes else self._applied
                     return len(changes)
-            index, snapshot, changes = self._load_consistent()
+            index, rescorer, snapshot, changes = self._load_consistent()
             with contextlib.suppress(OSError, ValueError):
                 self.manifest = read_manifest(self.dir)
             with self._lock:
-                self.index, self._snapshot = index, snapshot
-                self.kind, self.nlist = _describe(index)
+                self.index, self.rescorer, self._snapshot = index, rescorer, snapshot
+                self.kind, self.nlist = describe(index)
                 # Sequence numbers only grow (AUTOINCREMENT), so an empty log keeps the last seen.
                 self._applied = max(self._applied, changes[-1][0]) if changes else self._applied
             return len(changes)
@@ -199,13 +230,16 @@ class LiveIndex:
         """Top-k hits per query row; ``where`` keeps documents whose metadata equals every given value."""
         queries = self.check_vectors(queries)
         with self._lock:
-            if where:
-                allowed = self.store.ids_where(where)
-                if not allowed:
-                    return [[] for _ in queries]
-                scores, ids = self._search_subset(queries, k, nprobe or self.nprobe, allowed)
+            allowed = self.store.ids_where(where) if where else None
+            if allowed is not None and not allowed:
+                return [[] for _ in queries]
+            nprobe = nprobe or self.nprobe
+            if self.rescorer is not None:
+                scores, ids = self.rescorer.search(self.index, queries, k, nprobe, allowed=allowed)
+            elif allowed is not None:
+                scores, ids = self._search_subset(queries, k, nprobe, allowed)
             else:
-                scores, ids = search(self.index, queries, k, nprobe or self.nprobe)
+                scores, ids = search(self.index, queries, k, nprobe)
             docs = self.store.get_many([int(i) for i in ids.ravel() if i >= 0])
         return [
             [
@@ -230,6 +264,14 @@ class LiveIndex:
         with self._lock:
             return self.store.get(ext_id)
 
+    def footprint(self) -> dict[str, Any]:
+        """Bytes per document: in memory (the lists' codes and ids) and, for compressed lists, on
+        disk for rescoring."""
+        per_doc = {"memory_bytes_per_doc": bytes_per_vector(self.index)}
+        if self.rescorer is not None:
+            per_doc["rescore_bytes_per_doc_on_disk"] = 4 * self.dim
+        return per_doc
+
     @property
     def writable(self) -> bool:
         return self._writer is not None
@@ -253,6 +295,8 @@ class LiveIndex:
             int_ids = np.fromiter(last, dtype=np.int64, count=len(last))
             remove(self.index, replaced)
             add(self.index, vectors[list(last.values())], int_ids)
+            if self.rescorer is not None:
+                self.rescorer.put(int_ids, vectors[list(last.values())])
             self._note_changes(len(last))
         return len(last) - len(replaced), len(replaced)
 
@@ -262,6 +306,8 @@ class LiveIndex:
         with self._lock:
             gone = self.store.delete_logged(ext_ids)
             remove(self.index, list(gone.values()))
+            if self.rescorer is not None:
+                self.rescorer.drop(gone.values())
             self._note_changes(len(gone))
         return list(gone)
 
@@ -287,29 +333,50 @@ class LiveIndex:
             last = self.store.last_change() if self.writable else None
             if last is None:
                 return
-            manifest = self._install(self.index)
+            rows = self.rescorer is not None and self.rescorer.fresh
+            staged = self.rescorer.write(self.dir / STAGED_RESCORE) if rows and self.rescorer else None
+            manifest = self._install(self.index, staged)
+            if staged is not None and self.rescorer is not None:
+                self.rescorer.reload()  # the file now holds every change: map it, forget them
             self.store.drop_changes(last)
             self._pending = 0
             self.manifest = manifest
             integrity.write_manifest(self.dir, manifest)
 
-    def _install(self, index: faiss.Index) -> dict[str, Any]:
-        """Make ``index`` the snapshot file, its checksum recorded crash-safely (index/integrity.py);
-        returns the manifest that records only the new file, for the caller to write."""
-        staged = self.dir / STAGED_FILE
-        save_index(index, staged)
-        return integrity.replace_index_file(self.dir, staged, self.manifest)
+    def _install(self, index: faiss.Index, rescore_file: Path | None = None) -> dict[str, Any]:
+        """Make ``index`` the snapshot file (and ``rescore_file`` the rescoring file), checksums
+        recorded crash-safely (index/integrity.py); returns the manifest that records only the new
+        files, for the caller to write."""
+        staged = {RESCORE_FILE: rescore_file} if rescore_file is not None else {}
+        save_index(index, self.dir / STAGED_FILE)
+        return integrity.replace_files(self.dir, staged | {INDEX_FILE: self.dir / STAGED_FILE}, self.manifest)
+
+    def _held(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, exact vectors) of the snapshot file: a retrain's training set. Compressed lists
+        only know their ids; their vectors come from the rescoring file (as of that snapshot)."""
+        copy = load_index(self.dir / INDEX_FILE, self.nprobe)
+        if self.rescorer is None:
+            return held_vectors(copy)
+        ids = integrity.ids_of(copy)
+        return ids, self.rescorer.vectors(ids, fresh=False)
 
     def retrain(
-        self, nlist: int = 1024, storage: str | None = None, flat_below: int = FLAT_BELOW, seed: int = 0
+        self,
+        nlist: int = 1024,
+        storage: str | None = None,
+        flat_below: int = FLAT_BELOW,
+        seed: int = 0,
+        pq: tuple[int, int] | None = None,
     ) -> dict[str, Any]:
         """Train a new index (IVF for ``nlist``, or flat below ``flat_below``) on the vectors this
         one holds and swap it in under the same ids; returns the new manifest. Nothing is
         re-encoded. Searches and writes go on while it trains: writes made meanwhile are in the
-        change log and are replayed on the new index before the swap. ``storage`` None keeps the
-        current one."""
+        change log and are replayed on the new index before the swap. ``storage`` (and ``pq``,
+        its m and bits) None keeps the current one."""
         self._require_writable()
-        storage = check_storage(storage or storage_of(self.index))
+        storage = storage or storage_of(self.index)
+        pq = pq or pq_shape(self.index)
+        check_storage(storage, self.dim, *pq)
         if not self._retraining.acquire(blocking=False):
             raise BusyError(f"{self.dir}: a retrain is already running")
         try:
@@ -318,26 +385,32 @@ class LiveIndex:
                 t = time.perf_counter()
                 self._write_snapshot()  # from here the log holds the changes made during training
                 locked += time.perf_counter() - t
-            # Checkpoints wait for this retrain, so the file is this snapshot until the swap below:
-            # read the vectors from a copy of it, without blocking searches and writes.
-            ids, vectors = held_vectors(faiss.read_index(str(self.dir / INDEX_FILE)))
-            plan = plan_index(len(ids), nlist, flat_below, storage)
+            # Checkpoints wait for this retrain, so the files are this snapshot until the swap
+            # below: read the vectors from them, without blocking searches and writes.
+            ids, vectors = self._held()
+            plan = plan_index(len(ids), nlist, flat_below, storage, pq)
             log.info("retrain %s: %d vectors, %s -> %s", self.dir, len(ids), self.kind, plan)
             fresh = build_index(vectors, plan, seed=seed)
             add(fresh, vectors, ids)
             set_nprobe(fresh, self.nprobe)
+            rescored = storage_of(fresh) in RESCORED
+            staged = None
+            if rescored and self.rescorer is None:  # the vectors' first rescoring file
+                staged = write_rows(self.dir / STAGED_RESCORE, ids, vectors, self.dim)
             with self._lock:
                 t = time.perf_counter()
-                saved = self._replay(fresh)  # the writes made while it trained
+                saved = self._replay(fresh, None)  # the writes made while it trained
                 locked += time.perf_counter() - t
-            installed = self._install(fresh)  # a crash from here on replays the log onto it
+            installed = self._install(fresh, staged)  # a crash from here on replays the log onto it
+            rescorer = (self.rescorer or self._open_rescorer(fresh)) if rescored else None
             with self._lock:
                 t = time.perf_counter()
-                self._replay(fresh)  # and those made while it was saved (replay is idempotent)
+                self._replay(fresh, rescorer)  # and those made while it was saved (idempotent)
                 if saved:
                     self.store.drop_changes(saved[-1][0])  # only what the saved file holds
                 retrained = {"at": now_iso(), "from": {"index_type": self.kind, "nlist": self.nlist}}
-                self.index, self.kind, self.nlist = fresh, plan.index_type, plan.nlist
+                self.index, self.rescorer = fresh, rescorer
+                self.kind, self.nlist = plan.index_type, plan.nlist
                 self._pending = self.store.count_changes()
                 self.manifest = installed | {
                     "index_type": plan.index_type,
@@ -354,6 +427,8 @@ class LiveIndex:
                 # manifest's type/nlist labels (searches still work); a second retrain fixes them.
                 atomic_write_json(self.dir / "manifest.json", self.manifest)
                 integrity.fsync_path(self.dir)
+                if not rescored and RESCORE_FILE in self.manifest.get("files", {}):
+                    self.manifest = integrity.drop_file(self.dir, RESCORE_FILE, self.manifest)
             return self.manifest
         finally:
             self._retraining.release()
@@ -391,11 +466,13 @@ class LiveIndex:
             self._writer = None
 
 
-def _apply(index: faiss.Index, changes: Sequence[Change]) -> None:
+def _apply(index: faiss.Index, rescorer: Rescorer | None, changes: Sequence[Change]) -> None:
     for _, int_id, blob in changes:
         remove(index, [int_id])
         if blob is not None:
             add(index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
+    if rescorer is not None:
+        rescorer.apply(changes)
 
 
 _snapshot_of = integrity.file_identity  # a checkpoint renames a new file into place (a new inode)
@@ -415,26 +492,21 @@ def _read_snapshot(path: Path, nprobe: int) -> tuple[faiss.Index, Snapshot]:
             return index, before
 
 
-def _describe(index: faiss.Index) -> tuple[str, int]:
-    """(index type as the manifest names it, nlist) of a loaded index."""
-    if isinstance(index, faiss.IndexIVF):
-        return ("ivf_sq8" if storage_of(index) == "sq8" else "ivf"), int(index.nlist)
-    return "flat", 0
-
-
 def open_for_bundle(
     directory: str | Path,
     dim: int,
     bundle_sha256: str | None = None,
     nprobe: int | None = None,
     writable: bool = True,
+    *,
+    rescore_k: int | None = None,
 ) -> LiveIndex:
     """Open an index for a bundle's encoder (``bundle_sha256``: sha256 of its manifest.json).
 
     Vectors of two different models live in unrelated spaces even at the same dimension, so a
     bundle other than the one the index was built with is an error, not a warning.
     """
-    index = LiveIndex(directory, nprobe, writable=writable)
+    index = LiveIndex(directory, nprobe, writable=writable, rescore_k=rescore_k)
     built_with = index.manifest.get("bundle", {}).get("manifest_sha256")
     if dim != index.dim:
         index.close(checkpoint=False)

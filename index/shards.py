@@ -22,10 +22,11 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
-from index.integrity import with_files
+from index.integrity import RESCORE_FILE, ids_of, with_files
 from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
+from index.rescore import write_rows
 from index.store import Document, DocumentStore
-from index.vectors import add, held_vectors, save_index
+from index.vectors import add, held_vectors, is_binary, save_index
 
 SHARDS_KIND = "index_shards"
 
@@ -46,7 +47,11 @@ def shard_index(source: Path, count: int, out: Path, overwrite: bool = False) ->
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
     whole = LiveIndex(source, writable=False)
     try:
-        ids, vectors = held_vectors(whole.index)
+        if whole.rescorer is not None:  # compressed lists: the exact vectors are the rescorer's
+            ids = ids_of(whole.index)
+            vectors = whole.rescorer.vectors(ids)
+        else:
+            ids, vectors = held_vectors(whole.index)
         owners = _owners(whole.store, ids, count)
         with atomic_directory(out, overwrite=overwrite) as tmp:
             names = []
@@ -88,10 +93,12 @@ def _owners(store: DocumentStore, ids: np.ndarray, count: int) -> np.ndarray:
 
 def _write_shard(whole: LiveIndex, directory: Path, ids: np.ndarray, vectors: np.ndarray) -> None:
     directory.mkdir()
-    index = faiss.clone_index(whole.index)
+    index = (faiss.clone_binary_index if is_binary(whole.index) else faiss.clone_index)(whole.index)
     index.reset()  # the same trained centroids, no vectors
     add(index, vectors, ids)
     save_index(index, directory / INDEX_FILE)
+    if whole.rescorer is not None:
+        write_rows(directory / RESCORE_FILE, ids, vectors, whole.dim)
 
 
 class ShardSearcher(Protocol):
@@ -162,14 +169,21 @@ def is_sharded(directory: Path) -> bool:
 
 
 def open_sharded(
-    directory: Path, dim: int, bundle_sha256: str | None = None, nprobe: int | None = None
+    directory: Path,
+    dim: int,
+    bundle_sha256: str | None = None,
+    nprobe: int | None = None,
+    *,
+    rescore_k: int | None = None,
 ) -> ShardedIndex:
-    """All shards of ``directory`` in this process, read-only, each checked against the bundle."""
+    """All shards of ``directory`` in this process, read-only, each checked against the bundle.
+    ``rescore_k``: candidates each shard of compressed lists rescores (default: its manifest's)."""
     manifest = read_manifest(directory)
     shards: list[LiveIndex] = []
     try:
         for name in manifest["shards"]:
-            shards.append(open_for_bundle(directory / name, dim, bundle_sha256, nprobe, writable=False))
+            shard = open_for_bundle(directory / name, dim, bundle_sha256, nprobe, False, rescore_k=rescore_k)
+            shards.append(shard)
     except BaseException:
         for shard in shards:
             shard.close(checkpoint=False)

@@ -14,7 +14,9 @@ it drops the log rows the file covers. A snapshot pins one instant:
 2. begin a SQLite read transaction and read from it: in WAL mode it sees every commit made
    before and none after, and blocks no writer;
 3. read the manifest, then check that the path still names the pinned inode: then that file was
-   in place at step 2, and the manifest read in step 3 accepts its checksum.
+   in place at step 2, and the manifest read in step 3 accepts its checksum;
+4. for compressed lists, open the rescoring file: renamed in before the Faiss file, it holds
+   every row the log of step 2 lacks (index/rescore.py).
 
 A writable ``LiveIndex`` does 1-3 under its lock (``LiveIndex._pinned``), holding off its writes
 and checkpoints for well under a millisecond; a reader (another process, e.g. the service, holds
@@ -40,6 +42,7 @@ from distilembed.errors import BusyError, UserError
 from index.integrity import (
     INDEX_FILE,
     IVFDATA_FILE,
+    RESCORE_FILE,
     STORE_FILE,
     check_static_files,
     file_identity,
@@ -53,7 +56,7 @@ from index.integrity import (
 from index.store import DocumentStore
 
 SNAPSHOT_KIND, PAYLOAD = "index_snapshot", "index"
-PAYLOAD_FILES = (MANIFEST, INDEX_FILE, STORE_FILE, IVFDATA_FILE)
+PAYLOAD_FILES = (MANIFEST, INDEX_FILE, STORE_FILE, IVFDATA_FILE, RESCORE_FILE)
 PIN_RETRIES = 1000  # each retry means a checkpoint landed within the few microseconds of a pin
 Pin = Callable[[], AbstractContextManager[dict[str, Any]]]
 
@@ -76,11 +79,15 @@ def take_snapshot(
         with atomic_directory(out, overwrite=overwrite) as tmp:
             payload = tmp / PAYLOAD
             payload.mkdir()
-            fd, manifest, blocked = _pin(directory, store, pin)
+            fd, rescore_fd, manifest, blocked = _pin(directory, store, pin)
             try:
                 how = _link_or_copy(directory / INDEX_FILE, fd, payload / INDEX_FILE, link)
+                if rescore_fd is not None:
+                    _link_or_copy(directory / RESCORE_FILE, rescore_fd, payload / RESCORE_FILE, link)
             finally:
                 os.close(fd)
+                if rescore_fd is not None:
+                    os.close(rescore_fd)
             if (directory / IVFDATA_FILE).is_file():  # on-disk lists: never written after the build
                 with open(directory / IVFDATA_FILE, "rb") as handle:
                     _link_or_copy(directory / IVFDATA_FILE, handle.fileno(), payload / IVFDATA_FILE, link)
@@ -113,9 +120,12 @@ def take_snapshot(
     return snapshot
 
 
-def _pin(directory: Path, store: DocumentStore, pin: Pin | None) -> tuple[int, dict[str, Any], float]:
-    """(a descriptor of the Faiss file, the manifest that describes it, seconds ``pin`` was held)
-    for one instant, with ``store`` left in a read transaction of that instant (module docstring)."""
+def _pin(
+    directory: Path, store: DocumentStore, pin: Pin | None
+) -> tuple[int, int | None, dict[str, Any], float]:
+    """(a descriptor of the Faiss file, one of the rescoring file or None, the manifest that
+    describes them, seconds ``pin`` was held) for one instant, with ``store`` left in a read
+    transaction of that instant (module docstring)."""
     path = directory / INDEX_FILE
     for _ in range(PIN_RETRIES):
         with pin() if pin else nullcontext(None) as held:
@@ -127,7 +137,9 @@ def _pin(directory: Path, store: DocumentStore, pin: Pin | None) -> tuple[int, d
                 manifest = held if held is not None else read_manifest(directory)
                 st = os.fstat(fd)
                 if file_identity(path) == (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size):
-                    return fd, manifest, time.perf_counter() - began
+                    rescored = (directory / RESCORE_FILE).is_file()
+                    rescore_fd = os.open(directory / RESCORE_FILE, os.O_RDONLY) if rescored else None
+                    return fd, rescore_fd, manifest, time.perf_counter() - began
             except BaseException:
                 os.close(fd)
                 raise
@@ -172,7 +184,7 @@ def _check_copies(where: str, payload: Path, manifest: dict[str, Any]) -> dict[s
     """Records of the copied index files, checked against the source's records: a snapshot of a
     damaged file is refused rather than sealed with the damage."""
     records: dict[str, dict[str, Any]] = {}
-    for name in (INDEX_FILE, IVFDATA_FILE):
+    for name in (INDEX_FILE, IVFDATA_FILE, RESCORE_FILE):
         if (payload / name).is_file():
             records[name] = record(payload / name)
             entry = manifest.get("files", {}).get(name) if has_records(manifest) else None

@@ -23,7 +23,9 @@ from distilembed.errors import UserError
 log = logging.getLogger(__name__)
 MIN_POINTS_PER_LIST = 39  # Faiss warns below this many training points per centroid
 FLAT_BELOW = 10_000  # under this many vectors exact search is fast and IVF only loses recall
-STORAGES = ("float32", "sq8")
+STORAGES = ("float32", "sq8", "pq", "binary")
+RESCORED = ("pq", "binary")  # lists too coarse to rank by: candidates are rescored (index/rescore.py)
+BINARY_MAGIC = b"IB"  # the first bytes of every Faiss binary index file
 
 
 @dataclass(frozen=True)
@@ -31,22 +33,44 @@ class IndexPlan:
     kind: str  # "ivf" | "flat"
     nlist: int
     reason: str
-    storage: str = "float32"  # how IVF lists hold vectors: float32, or sq8 (one byte per dimension)
+    # How IVF lists hold vectors: float32; sq8 (a byte per dimension); pq (pq_m codes of pq_bits
+    # bits); binary (the sign bit of each dimension, Hamming distance).
+    storage: str = "float32"
+    pq_m: int = 16
+    pq_bits: int = 8
 
     @property
     def index_type(self) -> str:
-        """What the manifest and /info call it: "flat", "ivf" or "ivf_sq8"."""
-        return f"{self.kind}_sq8" if self.storage == "sq8" else self.kind
+        """What the manifest and /info call it: "flat", "ivf", "ivf_sq8", "ivf_pq" or "ivf_binary"."""
+        return self.kind if self.kind == "flat" or self.storage == "float32" else f"ivf_{self.storage}"
 
 
-def check_storage(storage: str) -> str:
+def check_storage(storage: str, dim: int | None = None, pq_m: int = 16, pq_bits: int = 8) -> str:
     if storage not in STORAGES:
         raise UserError(f"--storage must be one of {', '.join(STORAGES)}, not {storage!r}")
+    if dim is not None and storage == "binary" and dim % 8:
+        raise UserError(f"--storage binary needs a dimension that is a multiple of 8, not {dim}")
+    if dim is not None and storage == "pq" and (pq_m < 1 or dim % pq_m):
+        raise UserError(f"--pq-m must divide the dimension {dim}, not {pq_m}")
+    if storage == "pq" and not 1 <= pq_bits <= 16:
+        raise UserError(f"--pq-bits must be between 1 and 16, not {pq_bits}")
     return storage
+
+
+def is_binary(index: faiss.Index | faiss.IndexBinary) -> bool:
+    return isinstance(index, faiss.IndexBinary)
+
+
+def signs(vectors: np.ndarray) -> np.ndarray:
+    """The sign bits of each row packed 8 to a byte, most significant first (sentence-transformers'
+    ``quantize_embeddings(..., "ubinary")``): what binary lists hold."""
+    return np.packbits(np.asarray(vectors) > 0, axis=1)
 
 
 def on_disk(index: faiss.Index) -> bool:
     """Whether an IVF index's lists live in a memory-mapped file (read-only here)."""
+    if is_binary(index):
+        return False
     try:
         lists = faiss.extract_index_ivf(index).invlists
     except RuntimeError:
@@ -55,31 +79,83 @@ def on_disk(index: faiss.Index) -> bool:
 
 
 def storage_of(index: faiss.Index) -> str:
-    """How ``index`` holds its vectors: "sq8" for scalar-quantised IVF lists, else "float32"."""
+    """How ``index`` holds its vectors: "sq8", "pq", "binary" or "float32"."""
+    if is_binary(index):
+        return "binary"
+    if isinstance(index, faiss.IndexIVFPQ):
+        return "pq"
     return "sq8" if isinstance(index, faiss.IndexIVFScalarQuantizer) else "float32"
 
 
+def is_ivf(index: faiss.Index) -> bool:
+    return isinstance(index, faiss.IndexIVF | faiss.IndexBinaryIVF)
+
+
+def describe(index: faiss.Index) -> tuple[str, int]:
+    """(index type as the manifest names it, nlist) of a loaded index."""
+    if not is_ivf(index):
+        return "flat", 0
+    storage = storage_of(index)
+    return ("ivf" if storage == "float32" else f"ivf_{storage}"), int(index.nlist)
+
+
+def default_pq_m(dim: int) -> int:
+    """Codes per vector by default: one per 8 dimensions (16 bytes at 128-d), or the nearest
+    smaller divisor of ``dim``."""
+    return max(m for m in range(1, max(1, dim // 8) + 1) if dim % m == 0)
+
+
+def pq_shape(index: faiss.Index) -> tuple[int, int]:
+    """(m, bits) of a PQ index's codes; the defaults for its dimension for any other."""
+    if isinstance(index, faiss.IndexIVFPQ):
+        return int(index.pq.M), int(index.pq.nbits)
+    return default_pq_m(index.d), IndexPlan.pq_bits
+
+
+def bytes_per_vector(index: faiss.Index) -> float:
+    """Memory a vector takes in the lists: its code plus its 8-byte id (flat: code only)."""
+    if is_ivf(index):
+        return float(index.code_size + 8)
+    return 4.0 * index.d
+
+
 def plan_index(
-    n: int, nlist: int = 1024, flat_below: int = FLAT_BELOW, storage: str = "float32"
+    n: int,
+    nlist: int = 1024,
+    flat_below: int = FLAT_BELOW,
+    storage: str = "float32",
+    pq: tuple[int, int] = (16, 8),
 ) -> IndexPlan:
-    """IVF with the requested nlist if the corpus can train it, else a smaller nlist or flat."""
-    check_storage(storage)
+    """IVF with the requested nlist if the corpus can train it, else a smaller nlist or flat.
+    ``pq``: (m, bits) of pq storage."""
+    check_storage(storage, pq_m=pq[0], pq_bits=pq[1])
     if n < flat_below:
         return IndexPlan("flat", 0, f"{n} vectors < {flat_below}: exact search, float32")
     fitted = min(nlist, n // MIN_POINTS_PER_LIST)
     if fitted < 1:
         return IndexPlan("flat", 0, f"{n} vectors: too few to train one list, exact search")
+    if storage == "pq" and n < 2 ** pq[1]:  # k-means needs a point per code
+        return IndexPlan(
+            "flat", 0, f"{n} vectors: too few to train {2 ** pq[1]}-code PQ codebooks, exact search"
+        )
     if fitted < nlist:
         reason = f"nlist lowered {nlist} -> {fitted} to keep >= {MIN_POINTS_PER_LIST} points/list"
-        return IndexPlan("ivf", fitted, reason, storage)
-    return IndexPlan("ivf", nlist, "as requested", storage)
+        return IndexPlan("ivf", fitted, reason, storage, *pq)
+    return IndexPlan("ivf", nlist, "as requested", storage, *pq)
 
 
-def new_ivf(dim: int, nlist: int, storage: str = "float32") -> faiss.IndexIVF:
+def new_ivf(dim: int, nlist: int, storage: str = "float32", pq: tuple[int, int] = (16, 8)) -> faiss.Index:
     """An untrained inner-product IVF. ``sq8`` stores each dimension (of the residual to the list's
     centroid) in one byte, 4x less memory than float32. Its per-dimension ranges are learnt in
-    ``train``; values of later vectors outside them are clipped (docs/decisions.md, 19)."""
+    ``train``; values of later vectors outside them are clipped (docs/decisions.md, 19). ``pq``
+    stores m codes of the residual, ``binary`` the sign bits in a Hamming IVF: both rank only
+    roughly and are rescored (index/rescore.py)."""
+    if storage == "binary":
+        return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(dim), dim, nlist)
     quantizer = faiss.IndexFlatIP(dim)
+    if storage == "pq":
+        m, bits = pq
+        return faiss.IndexIVFPQ(quantizer, dim, nlist, m, bits, faiss.METRIC_INNER_PRODUCT)
     if storage == "sq8":
         return faiss.IndexIVFScalarQuantizer(
             quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
@@ -94,16 +170,20 @@ def build_index(
     dim = vectors.shape[1]
     if plan.kind == "flat":
         return faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-    index = new_ivf(dim, plan.nlist, plan.storage)
+    index = new_ivf(dim, plan.nlist, plan.storage, (plan.pq_m, plan.pq_bits))
     size = min(len(vectors), train_size or 64 * plan.nlist)
     sample = np.random.default_rng(seed).choice(len(vectors), size=size, replace=False)
-    index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
+    rows = np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32)
+    index.train(signs(rows) if is_binary(index) else rows)
     return index
 
 
 def held_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
     """(ids, vectors) of every entry of a flat (IDMap2) or IVF index; from sq8 lists the vectors
-    come back decoded (one byte per dimension)."""
+    come back decoded (one byte per dimension). Not for binary lists: their vectors are the
+    rescoring file's (index/rescore.py)."""
+    if is_binary(index):
+        raise UserError("binary lists hold sign bits only: read the vectors from the rescoring file")
     if isinstance(index, faiss.IndexIVF):
         lists = [get_invlist(index.invlists, i)[0] for i in range(index.nlist)]
         ids = np.concatenate([np.zeros(0, dtype=np.int64), *lists])
@@ -121,8 +201,9 @@ def held_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
 
 def add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, slice_size: int = 65_536) -> None:
     for lo in range(0, len(ids), slice_size):
+        rows = np.ascontiguousarray(vectors[lo : lo + slice_size], dtype=np.float32)
         index.add_with_ids(
-            np.ascontiguousarray(vectors[lo : lo + slice_size], dtype=np.float32),
+            signs(rows) if is_binary(index) else rows,
             np.ascontiguousarray(ids[lo : lo + slice_size], dtype=np.int64),
         )
 
@@ -134,6 +215,9 @@ def remove(index: faiss.Index, ids: list[int]) -> int:
 
 
 def set_nprobe(index: faiss.Index, nprobe: int) -> None:
+    if isinstance(index, faiss.IndexBinaryIVF):
+        index.nprobe = nprobe
+        return
     try:
         faiss.extract_index_ivf(index).nprobe = nprobe
     except RuntimeError:  # flat index: nothing to probe
@@ -143,8 +227,13 @@ def set_nprobe(index: faiss.Index, nprobe: int) -> None:
 def search(
     index: faiss.Index, queries: np.ndarray, k: int, nprobe: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids), each (n_queries, k); missing neighbours have id -1."""
+    """(scores, ids), each (n_queries, k); missing neighbours have id -1. A binary index scores
+    1 - 2 * Hamming distance / d, the cosine of the sign vectors' angle estimate."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if is_binary(index):
+        params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None else None
+        distances, ids = index.search(signs(queries), k, params=params)
+        return (1.0 - 2.0 * distances / index.d).astype(np.float32), ids
     if nprobe is not None and isinstance(index, faiss.IndexIVF):
         return index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
     return index.search(queries, k)
@@ -156,7 +245,7 @@ def save_index(index: faiss.Index, path: Path) -> None:
     os.fchmod(fd, FILE_MODE)  # mkstemp's 0600 would hide the index from a container's other uid
     os.close(fd)
     try:
-        faiss.write_index(index, tmp)
+        (faiss.write_index_binary if is_binary(index) else faiss.write_index)(index, tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         Path(tmp).replace(path)
@@ -184,7 +273,12 @@ def c_stdout_to_stderr() -> Iterator[None]:
 def load_index(path: Path, nprobe: int) -> faiss.Index:
     """Read an index; IVF lists kept on disk (``index build --on-disk``) are memory-mapped from the
     ``.ivfdata`` file beside it, whatever directory it was built in."""
+    with open(path, "rb") as handle:
+        binary = handle.read(len(BINARY_MAGIC)) == BINARY_MAGIC
     with c_stdout_to_stderr():
-        index = faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
+        if binary:
+            index = faiss.read_index_binary(str(path))
+        else:
+            index = faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
     set_nprobe(index, nprobe)
     return index

@@ -72,10 +72,14 @@ def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLik
     from index.shards import is_sharded, open_sharded
 
     if is_sharded(Path(settings.index_dir)):
-        return open_sharded(Path(settings.index_dir), dim, bundle_sha, nprobe=settings.nprobe)
+        return open_sharded(
+            Path(settings.index_dir), dim, bundle_sha, nprobe=settings.nprobe, rescore_k=settings.rescore_k
+        )
     from index.live import open_for_bundle
 
-    return open_for_bundle(settings.index_dir, dim, bundle_sha, nprobe=settings.nprobe)
+    return open_for_bundle(
+        settings.index_dir, dim, bundle_sha, nprobe=settings.nprobe, rescore_k=settings.rescore_k
+    )
 
 
 def warmup_texts(encoder: EncoderLike, rows: int) -> list[list[str]]:

@@ -86,8 +86,9 @@ class IndexShard:
         from index.live import open_for_bundle
 
         dim = int(read_manifest(settings.bundle)["dim"])
+        sha = bundle_sha256(settings.bundle)
         self.index = open_for_bundle(
-            directory, dim, bundle_sha256(settings.bundle), settings.nprobe, writable=False
+            directory, dim, sha, settings.nprobe, writable=False, rescore_k=settings.rescore_k
         )
 
     def describe(self) -> dict[str, Any]:
@@ -177,7 +178,12 @@ class Api:
         s = self.settings
         assert s.index_dir is not None
         local = open_for_bundle(
-            s.index_dir, self.encoder.dim, bundle_sha256(s.bundle), nprobe=s.nprobe, writable=False
+            s.index_dir,
+            self.encoder.dim,
+            bundle_sha256(s.bundle),
+            nprobe=s.nprobe,
+            writable=False,
+            rescore_k=s.rescore_k,
         )
 
         def write(method: str, args: tuple[Any, ...]) -> Outcome:

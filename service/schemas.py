@@ -217,7 +217,9 @@ class IndexInfo(BaseModel):
 
 class RetrainRequest(Strict):
     nlist: Integer = Field(1024, ge=1, le=1 << 16, description="lists wanted; lowered for a small index")
-    storage: Omittable[Literal["float32", "sq8"]] = Field(None, description="left out: keep the current one")
+    storage: Omittable[Literal["float32", "sq8", "pq", "binary"]] = Field(
+        None, description="left out: keep the current one (pq: its m and bits too)"
+    )
     flat_below: Integer = Field(10_000, ge=0, description="fewer vectors than this: exact search")
 
 

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     metrics_require_key: bool = Field(False, description="/metrics needs a read key (when keys are set).")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Comma-separated.")
     nprobe: int | None = Field(None, ge=1, description="Default IVF nprobe (default: the index manifest's).")
+    rescore_k: int | None = Field(
+        None, ge=1, description="pq/binary indexes: candidates rescored per query (default: the manifest's)."
+    )
     default_top_k: int = Field(10, ge=1)
     max_top_k: int = Field(100, ge=1, description="Largest top_k a search may ask for.")
     max_concurrency: int = Field(
@@ -113,6 +116,7 @@ class Settings(BaseSettings):
         "snapshot_dir",
         "threads",
         "nprobe",
+        "rescore_k",
         "model_name",
         "ray_address",
         "autoscale_max",

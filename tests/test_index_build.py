@@ -137,8 +137,8 @@ def test_sq8_build_and_unknown_storage(tiny_bundle, tmp_path) -> None:
     manifest = build(replace(cfg, storage="sq8"), spec)
     assert (manifest["index_type"], manifest["nlist"], manifest["ntotal"]) == ("ivf_sq8", 4, 300)
     args = ("build", "--bundle", str(tiny_bundle), "--corpus", str(spec.path), "--out", str(tmp_path / "x"))
-    refused = _cli(*args, "--storage", "pq")
-    assert refused.returncode == 2 and "--storage must be one of float32, sq8" in refused.stderr
+    refused = _cli(*args, "--storage", "opq")
+    assert refused.returncode == 2 and "--storage must be one of float32, sq8, pq, binary" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
 
 

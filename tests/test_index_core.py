@@ -63,8 +63,8 @@ def test_sq8_storage_is_4x_smaller_and_keeps_ids_through_save_load_remove(tmp_pa
 
 
 def test_plan_index_refuses_unknown_storage() -> None:
-    with pytest.raises(UserError, match="float32, sq8"):
-        plan_index(100_000, storage="pq")
+    with pytest.raises(UserError, match="float32, sq8, pq, binary"):
+        plan_index(100_000, storage="opq")
     assert plan_index(500, storage="sq8").index_type == "flat"  # exact search stays float32
 
 

@@ -11,9 +11,11 @@ import pytest
 
 from distilembed.artifacts import atomic_write_json
 from distilembed.errors import UserError
+from index.integrity import RESCORE_FILE
 from index.live import INDEX_FILE, STORE_FILE, LiveIndex, open_for_bundle
+from index.rescore import write_rows
 from index.store import Document, DocumentStore
-from index.vectors import add, build_index, plan_index, save_index
+from index.vectors import RESCORED, add, build_index, plan_index, save_index
 from tests.test_index_core import clustered
 
 DIM = 16
@@ -32,6 +34,8 @@ def make_index(
     index = build_index(vectors, plan)
     add(index, vectors, np.asarray(ids, dtype=np.int64))
     save_index(index, directory / INDEX_FILE)
+    if plan.storage in RESCORED:
+        write_rows(directory / RESCORE_FILE, np.asarray(ids, dtype=np.int64), vectors, DIM)
     manifest = {"kind": "index", "dim": DIM, "index_type": plan.index_type, "nlist": plan.nlist, "nprobe": 5}
     atomic_write_json(directory / "manifest.json", manifest | {"bundle": {"manifest_sha256": "abc"}})
     return vectors
@@ -42,7 +46,10 @@ def unit(seed: int, n: int = 1) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize(("flat", "storage"), [(False, "float32"), (True, "float32"), (False, "sq8")])
+@pytest.mark.parametrize(
+    ("flat", "storage"),
+    [(False, "float32"), (True, "float32"), (False, "sq8"), (False, "pq"), (False, "binary")],
+)
 def test_upsert_replace_delete_then_search(tmp_path, flat, storage) -> None:
     make_index(tmp_path / "idx", flat=flat, storage=storage)
     live = LiveIndex(tmp_path / "idx")
@@ -52,7 +59,7 @@ def test_upsert_replace_delete_then_search(tmp_path, flat, storage) -> None:
     replacement = unit(2)
     assert live.upsert([Document("doc5", "doc five, edited")], replacement) == (0, 1)
     hit = live.search(replacement, k=1, nprobe=32)[0][0]
-    tolerance = 2e-2 if storage == "sq8" else 1e-5  # sq8: one byte per dimension
+    tolerance = 2e-2 if storage == "sq8" else 1e-5  # sq8: one byte per dimension; pq, binary: rescored
     assert (hit.id, hit.text) == ("doc5", "doc five, edited")
     assert hit.score == pytest.approx(1.0, abs=tolerance)
     assert live.delete(["doc5", "never-existed"]) == ["doc5"]

@@ -102,7 +102,7 @@ def test_retrain_switches_storage_and_refuses_bad_input(tmp_path) -> None:
     make_index(tmp_path / "idx")
     live = LiveIndex(tmp_path / "idx")
     with pytest.raises(UserError, match="--storage must be one of"):
-        live.retrain(storage="pq")
+        live.retrain(storage="opq")
     assert live.retrain(nlist=16, storage="sq8", flat_below=100)["index_type"] == "ivf_sq8"
     assert live.retrain(nlist=16, flat_below=100)["index_type"] == "ivf_sq8"  # kept
     assert isinstance(live.index, faiss.IndexIVFScalarQuantizer) and live.ntotal == 3000

@@ -227,7 +227,7 @@ def test_retrain(api, request):
         time.sleep(0.05)
     hits = api.post("/search", json={"query": docs[7]["text"], "top_k": 1, "nprobe": 64}).json()["results"]
     assert hits[0]["id"] == f"{p}7"
-    error(api.post("/index/retrain", json={"storage": "pq"}), 422, "validation_error")
+    error(api.post("/index/retrain", json={"storage": "opq"}), 422, "validation_error")
 
 
 def test_snapshot(api, request, tmp_path):

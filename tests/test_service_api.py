@@ -134,7 +134,7 @@ def test_index_retrain(make_client):
     assert body["index"] == {"type": "ivf_sq8", "ntotal": 40, "nlist": 1, "nprobe": 1, "dim": 8}
     assert body["retrained"]["from"] == {"index_type": "flat", "nlist": 0}
     assert client.get("/info").json()["index"]["type"] == "ivf_sq8"
-    bad = client.post("/index/retrain", json={"storage": "pq"})
+    bad = client.post("/index/retrain", json={"storage": "opq"})
     assert bad.status_code == 422 and bad.json()["type"] == "validation_error"
     index.busy = True
     busy = client.post("/index/retrain", json={})

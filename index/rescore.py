@@ -1,0 +1,178 @@
+"""Rescoring for compressed IVF lists (``--storage pq`` or ``binary``): the lists answer with
+``rescore_k`` candidates, which are then scored exactly against float32 vectors kept on disk.
+
+``rescore.f32`` holds one float32 row per int id (row ``i`` is the vector of int id ``i``; rows of
+ids never stored or deleted are zeros) and is memory-mapped: only the rows of candidates are read,
+so the resident memory an index needs is its compressed lists, and the page cache holds the rows
+searched often. Like the Faiss file it is a snapshot, never written in place: a checkpoint writes a
+new file (the old rows plus every change since) and renames it in before the Faiss file, and the
+changes since the snapshot, replayed from the change log, are kept in memory (``fresh``).
+
+A filtered search (``where``) scores every allowed document exactly instead: binary IVF lists
+cannot skip ids (Faiss has no ``IDSelector`` for them), and the allowed set is usually small.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from distilembed.artifacts import FILE_MODE
+from distilembed.errors import UserError
+from index.integrity import Identity
+from index.vectors import search
+
+DEFAULT_RESCORE_K = 100
+CHUNK_ROWS = 1 << 16  # rows copied per step when a new file is written
+
+
+def top_k(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best (score, id) of each row, best first; missing entries are (-inf, -1)."""
+    scores = np.where(ids >= 0, scores, -np.inf).astype(np.float32)
+    if scores.shape[1] > k:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        scores, ids = np.take_along_axis(scores, part, 1), np.take_along_axis(ids, part, 1)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    scores, ids = np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+    return scores, np.where(np.isfinite(scores), ids, -1)
+
+
+def exact_scores(queries: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Inner products of each query with its candidates: ``rows`` is (n_queries, n_candidates, d)."""
+    return np.einsum("qd,qcd->qc", queries, rows.reshape(*ids.shape, -1), optimize=False)
+
+
+class Rescorer:
+    """The exact vectors of a compressed index: the memory-mapped file plus the changes since."""
+
+    def __init__(self, path: Path, dim: int, rescore_k: int = DEFAULT_RESCORE_K) -> None:
+        self.path, self.dim, self.rescore_k = path, dim, rescore_k
+        self.fresh: dict[int, np.ndarray | None] = {}  # None: deleted since the file was written
+        self.reload()
+
+    @classmethod
+    def open(cls, where: str, path: Path, dim: int, rescore_k: int = DEFAULT_RESCORE_K) -> Rescorer:
+        """The rescorer of the file at ``path``, or UserError naming what is wrong with it."""
+        if not path.is_file():
+            raise UserError(f"{where}: {path.name} is missing (compressed lists are rescored from it)")
+        return cls(path, dim, rescore_k)
+
+    def reload(self) -> None:
+        """Map the file now at ``path`` (a checkpoint wrote it with every change): none are fresh."""
+        with open(self.path, "rb") as handle:  # the identity of the file mapped, not of the path
+            st = os.fstat(handle.fileno())
+            self.identity: Identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+            rows, extra = divmod(st.st_size, 4 * self.dim)
+            if extra:
+                raise UserError(
+                    f"index {self.path.parent}: {self.path.name} is {st.st_size:,} bytes, not whole "
+                    f"{self.dim}-d float32 rows (truncated?)"
+                )
+            self.base: np.ndarray = (
+                np.memmap(handle, dtype="<f4", mode="r", shape=(rows, self.dim))
+                if rows
+                else np.zeros((0, self.dim), "<f4")
+            )
+        self.fresh = {}
+
+    def put(self, ids: Iterable[int], vectors: np.ndarray) -> None:
+        for int_id, vector in zip(ids, vectors, strict=True):
+            self.fresh[int(int_id)] = np.array(vector, dtype="<f4")
+
+    def drop(self, ids: Iterable[int]) -> None:
+        for int_id in ids:
+            self.fresh[int(int_id)] = None
+
+    def apply(self, changes: Sequence[tuple[int, int, bytes | None]]) -> None:
+        """Logged changes (seq, int id, float32 bytes or None for a delete), oldest first."""
+        for _, int_id, blob in changes:
+            self.fresh[int(int_id)] = None if blob is None else np.frombuffer(blob, dtype="<f4")
+
+    def vectors(self, ids: np.ndarray, fresh: bool = True) -> np.ndarray:
+        """float32 rows for ``ids`` (zeros for -1 and unknown ids); ``fresh`` False: the file's alone."""
+        flat = np.asarray(ids, dtype=np.int64).ravel()
+        out = np.zeros((len(flat), self.dim), dtype=np.float32)
+        held = (flat >= 0) & (flat < len(self.base))
+        if held.any():
+            wanted = flat[held]
+            order = np.argsort(wanted, kind="stable")  # ascending offsets: sequential-ish reads
+            rows = np.empty((len(wanted), self.dim), dtype=np.float32)
+            rows[order] = self.base[wanted[order]]
+            out[held] = rows
+        if fresh and self.fresh:
+            for row in np.flatnonzero(np.isin(flat, np.fromiter(self.fresh, np.int64, len(self.fresh)))):
+                vector = self.fresh[int(flat[row])]
+                out[row] = 0.0 if vector is None else vector
+        return out
+
+    def search(
+        self,
+        index: faiss.Index,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None,
+        *,
+        allowed: list[int] | None = None,
+        rescore_k: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, ids), each (n_queries, k): candidates from the compressed lists rescored
+        exactly, or, with ``allowed``, every allowed id scored exactly."""
+        if allowed is not None:
+            ids = np.asarray(allowed, dtype=np.int64)
+            scores = queries @ self.vectors(ids).T
+            return top_k(scores, np.broadcast_to(ids, scores.shape), k)
+        _, ids = search(index, queries, max(k, rescore_k or self.rescore_k), nprobe)
+        return top_k(exact_scores(queries, ids, self.vectors(ids)), ids, k)
+
+    def write(self, out: Path) -> Path:
+        """A new file at ``out``: this file's rows with the changes applied (then fsynced)."""
+        rows = max([len(self.base), *(i + 1 for i in self.fresh)])
+        with _mapped_for_writing(out, rows, self.dim) as target:
+            for lo in range(0, len(self.base), CHUNK_ROWS):
+                hi = min(lo + CHUNK_ROWS, len(self.base))
+                target[lo:hi] = self.base[lo:hi]
+            for int_id, vector in self.fresh.items():
+                target[int_id] = 0.0 if vector is None else vector
+        return out
+
+
+def write_rows(out: Path, ids: np.ndarray, vectors: np.ndarray, dim: int) -> Path:
+    """A new file at ``out`` holding ``vectors`` at the rows ``ids`` (zeros elsewhere)."""
+    rows = int(ids.max()) + 1 if len(ids) else 0
+    return write_batches(out, [(ids, vectors)], rows, dim)
+
+
+def write_batches(out: Path, batches: Iterable[tuple[np.ndarray, np.ndarray]], rows: int, dim: int) -> Path:
+    """A new file at ``out`` of ``rows`` rows holding each batch's vectors at its ids."""
+    with _mapped_for_writing(out, rows, dim) as target:
+        for ids, vectors in batches:
+            for lo in range(0, len(ids), CHUNK_ROWS):
+                target[ids[lo : lo + CHUNK_ROWS]] = vectors[lo : lo + CHUNK_ROWS]
+    return out
+
+
+@contextmanager
+def _mapped_for_writing(path: Path, rows: int, dim: int) -> Iterator[np.ndarray]:
+    """A zero-filled float32 file of ``rows`` x ``dim`` mapped for writing; flushed and fsynced on
+    a clean exit, removed on an error."""
+    with open(path, "wb") as handle:
+        os.fchmod(handle.fileno(), FILE_MODE)
+        handle.truncate(rows * dim * 4)
+    try:
+        if rows:
+            target = np.memmap(path, dtype="<f4", mode="r+", shape=(rows, dim))
+            yield target
+            target.flush()
+            del target
+        else:
+            yield np.zeros((0, dim), "<f4")
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
