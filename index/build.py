@@ -32,9 +32,18 @@ from index.assemble import assemble, save_shard, shard_path
 from index.corpus import CorpusSpec, CorpusStats, iter_documents
 from index.integrity import with_files
 from index.live import INDEX_FILE, STORE_FILE, writer_lock_held
+from index.rescore import DEFAULT_RESCORE_K
 from index.splits import LINES_PER_SPLIT, CorpusPlan, Split, iter_split_documents, plan_corpus
 from index.store import Document, DocumentStore
-from index.vectors import RESCORED, IndexPlan, build_index, check_storage, default_pq_m, save_index
+from index.vectors import (
+    RESCORED,
+    IndexPlan,
+    build_index,
+    check_storage,
+    default_nprobe,
+    default_pq_m,
+    save_index,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +57,11 @@ class BuildConfig:
     out: str
     variant: str = "int8"
     nlist: int = 1024
-    nprobe: int = 5
+    nprobe: int | None = None  # default: 5, or 32 for binary lists (their Hamming centroids are coarse)
     storage: str = "float32"
     pq_m: int | None = None  # pq storage: codes per vector (default: one per 8 dimensions)
     pq_bits: int = 8  # pq storage: bits per code
-    rescore_k: int = 100  # pq and binary storage: candidates rescored with the exact vectors
+    rescore_k: int = DEFAULT_RESCORE_K  # pq and binary storage: candidates rescored exactly
     flat_below: int = 10_000
     shard_size: int = LINES_PER_SPLIT  # corpus lines per split: encoded in one call, checkpointed
     batch_size: int = 64
@@ -128,7 +137,7 @@ def _index_manifest(
         "dim": dim,
         "index_type": plan.index_type,
         "nlist": plan.nlist,
-        "nprobe": cfg.nprobe,
+        "nprobe": cfg.nprobe or default_nprobe(plan.storage),
         "plan": plan.reason,
         "ntotal": ntotal,
         "metric": "inner_product",

@@ -29,7 +29,9 @@ def build_command(
     metadata_column: Annotated[list[str] | None, Opt(help="Metadata column to keep (repeatable).")] = None,
     variant: Annotated[str, Opt(help="int8 | fp32")] = "int8",
     nlist: Annotated[int, Opt()] = 1024,
-    nprobe: Annotated[int, Opt()] = 5,
+    nprobe: Annotated[
+        int | None, Opt(help="Lists searched per query (default: 5; binary storage: 32).", min=1)
+    ] = None,
     storage: Annotated[
         str,
         Opt(
@@ -43,7 +45,7 @@ def build_command(
     pq_bits: Annotated[int, Opt(help="pq: bits per code.", min=1, max=16)] = 8,
     rescore_k: Annotated[
         int, Opt(help="pq, binary: candidates taken from the lists and rescored exactly.", min=1)
-    ] = 100,
+    ] = 50,
     on_disk: Annotated[
         bool, Opt(help="Keep the IVF lists in a memory-mapped file (indexes bigger than RAM).")
     ] = False,

@@ -45,7 +45,7 @@ from index.integrity import (
     writer_lock,
     writer_lock_held,
 )
-from index.rescore import Rescorer, write_rows
+from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows
 from index.store import Document
 from index.vectors import (
     FLAT_BELOW,
@@ -102,7 +102,7 @@ class LiveIndex:
         self.kind = str(self.manifest.get("index_type", "ivf"))
         self.nlist = int(self.manifest.get("nlist", 0))
         self.nprobe = nprobe or int(self.manifest["nprobe"])
-        self.rescore_k = rescore_k or int(self.manifest.get("rescore_k", 100))
+        self.rescore_k = rescore_k or int(self.manifest.get("rescore_k", DEFAULT_RESCORE_K))
         self.checkpoint_every = checkpoint_every
         self._lock = threading.RLock()
         self._retraining = threading.Lock()

@@ -99,6 +99,12 @@ def describe(index: faiss.Index) -> tuple[str, int]:
     return ("ivf" if storage == "float32" else f"ivf_{storage}"), int(index.nlist)
 
 
+def default_nprobe(storage: str) -> int:
+    """Lists searched per query by default: binary lists need more (bench/compression.py: Quora
+    MRR@10 with rescoring 86.6% of the teacher's at nprobe 5, 95.2% at 32, 96.7% at 64)."""
+    return 32 if storage == "binary" else 5
+
+
 def default_pq_m(dim: int) -> int:
     """Codes per vector by default: one per 8 dimensions (16 bytes at 128-d), or the nearest
     smaller divisor of ``dim``."""
