@@ -280,7 +280,13 @@ def local_cluster_env(settings: Settings) -> dict[str, str]:
     # Requests go HAProxy -> the replica's own HTTP server, not through Ray's Python proxy (which
     # cost 3x the latency of a local service here). A stopped replica then keeps answering for a
     # draining period so load balancers can drop it: 30 s by default, 1 s is plenty on one node.
-    return {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+    # HAProxy's metrics ship a log line per request to a Python collector: CPU that a small node's
+    # replicas need, for figures the app's /metrics already has (docs/decisions.md, 33).
+    return {
+        "RAY_SERVE_ENABLE_HA_PROXY": "1",
+        "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+        "RAY_SERVE_HAPROXY_METRICS_ENABLED": "1" if settings.ray_haproxy_metrics else "0",
+    }
 
 
 def start(settings: Settings, **init: Any) -> None:

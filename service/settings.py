@@ -95,6 +95,11 @@ class Settings(BaseSettings):
         description="Ray: HAProxy ingress straight to the replicas' HTTP servers "
         "(RAY_SERVE_ENABLE_HA_PROXY) on a cluster started here; false: Ray's Python proxy.",
     )
+    ray_haproxy_metrics: bool = Field(
+        False,
+        description="Ray: HAProxy's per-request log to Ray's metrics (RAY_SERVE_HAPROXY_METRICS_ENABLED) "
+        "on a cluster started here; off, the app's own /metrics still counts every request.",
+    )
     refresh_on_search: bool = Field(
         True, description="Ray: apply the writer's committed changes before each search (read-your-writes)."
     )

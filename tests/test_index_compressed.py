@@ -93,7 +93,7 @@ def test_filtered_search_scores_every_allowed_document(tmp_path, storage) -> Non
 
 def test_retrain_moves_between_float_and_compressed_lists(tmp_path) -> None:
     vectors = make_index(tmp_path / "idx")
-    live = LiveIndex(tmp_path / "idx")
+    live = LiveIndex(tmp_path / "idx", rescore_k=3001)  # every candidate: exact, whatever the codes
     query = vectors[:20]
     assert live.retrain(nlist=16, storage="binary", flat_below=100)["index_type"] == "ivf_binary"
     assert isinstance(live.index, faiss.IndexBinaryIVF) and (tmp_path / "idx" / RESCORE_FILE).is_file()

@@ -498,3 +498,14 @@ def test_engine_ray_without_ray_says_how_to_install():
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'distilembed[ray]'" in lines[0]
+
+
+def test_local_cluster_environment_follows_the_settings() -> None:
+    from service.ray_serve import local_cluster_env
+
+    base = Settings(bundle="b")
+    assert local_cluster_env(base)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert local_cluster_env(base)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "0"
+    metrics = base.model_copy(update={"ray_haproxy_metrics": True})
+    assert local_cluster_env(metrics)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "1"
+    assert local_cluster_env(base.model_copy(update={"ray_haproxy": False})) == {}
