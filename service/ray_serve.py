@@ -282,9 +282,12 @@ def local_cluster_env(settings: Settings) -> dict[str, str]:
     # draining period so load balancers can drop it: 30 s by default, 1 s is plenty on one node.
     # HAProxy's metrics ship a log line per request to a Python collector: CPU that a small node's
     # replicas need, for figures the app's /metrics already has (docs/decisions.md, 33).
+    # Serve kills a proxy that is not ready after 3 checks of 5 s; on a loaded small node the
+    # HAProxy manager actor can take longer than that to start (seen with a training run beside it).
     return {
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
+        "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
         "RAY_SERVE_HAPROXY_METRICS_ENABLED": "1" if settings.ray_haproxy_metrics else "0",
     }
 

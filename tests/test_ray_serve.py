@@ -506,6 +506,7 @@ def test_local_cluster_environment_follows_the_settings() -> None:
     base = Settings(bundle="b")
     assert local_cluster_env(base)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
     assert local_cluster_env(base)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "0"
+    assert float(local_cluster_env(base)["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) >= 30
     metrics = base.model_copy(update={"ray_haproxy_metrics": True})
     assert local_cluster_env(metrics)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "1"
     assert local_cluster_env(base.model_copy(update={"ray_haproxy": False})) == {}
