@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import IO, Any
 import faiss
 import numpy as np
 
-from distilembed.artifacts import atomic_write_json, now_iso, read_manifest
+from distilembed.artifacts import read_manifest
 from distilembed.errors import BusyError, UserError
 from index import integrity
 from index.integrity import (
@@ -45,25 +44,19 @@ from index.integrity import (
     writer_lock,
     writer_lock_held,
 )
-from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows
+from index.rescore import DEFAULT_RESCORE_K, Rescorer
+from index.retrain import Retraining
 from index.store import Document
 from index.vectors import (
-    FLAT_BELOW,
     RESCORED,
     add,
-    build_index,
     bytes_per_vector,
-    check_storage,
     describe,
-    held_vectors,
     load_index,
     on_disk,
-    plan_index,
-    pq_shape,
     remove,
     save_index,
     search,
-    set_nprobe,
     storage_of,
 )
 
@@ -81,7 +74,7 @@ class Hit:
     metadata: dict[str, Any]
 
 
-class LiveIndex:
+class LiveIndex(Retraining):
     """Search, get, upsert and delete on a built index directory; thread-safe."""
 
     def __init__(
@@ -350,88 +343,6 @@ class LiveIndex:
         staged = {RESCORE_FILE: rescore_file} if rescore_file is not None else {}
         save_index(index, self.dir / STAGED_FILE)
         return integrity.replace_files(self.dir, staged | {INDEX_FILE: self.dir / STAGED_FILE}, self.manifest)
-
-    def _held(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, exact vectors) of the snapshot file: a retrain's training set. Compressed lists
-        only know their ids; their vectors come from the rescoring file (as of that snapshot)."""
-        copy = load_index(self.dir / INDEX_FILE, self.nprobe)
-        if self.rescorer is None:
-            return held_vectors(copy)
-        ids = integrity.ids_of(copy)
-        return ids, self.rescorer.vectors(ids, fresh=False)
-
-    def retrain(
-        self,
-        nlist: int = 1024,
-        storage: str | None = None,
-        flat_below: int = FLAT_BELOW,
-        seed: int = 0,
-        pq: tuple[int, int] | None = None,
-    ) -> dict[str, Any]:
-        """Train a new index (IVF for ``nlist``, or flat below ``flat_below``) on the vectors this
-        one holds and swap it in under the same ids; returns the new manifest. Nothing is
-        re-encoded. Searches and writes go on while it trains: writes made meanwhile are in the
-        change log and are replayed on the new index before the swap. ``storage`` (and ``pq``,
-        its m and bits) None keeps the current one."""
-        self._require_writable()
-        storage = storage or storage_of(self.index)
-        pq = pq or pq_shape(self.index)
-        check_storage(storage, self.dim, *pq)
-        if not self._retraining.acquire(blocking=False):
-            raise BusyError(f"{self.dir}: a retrain is already running")
-        try:
-            start, locked = time.perf_counter(), 0.0
-            with self._lock:
-                t = time.perf_counter()
-                self._write_snapshot()  # from here the log holds the changes made during training
-                locked += time.perf_counter() - t
-            # Checkpoints wait for this retrain, so the files are this snapshot until the swap
-            # below: read the vectors from them, without blocking searches and writes.
-            ids, vectors = self._held()
-            plan = plan_index(len(ids), nlist, flat_below, storage, pq)
-            log.info("retrain %s: %d vectors, %s -> %s", self.dir, len(ids), self.kind, plan)
-            fresh = build_index(vectors, plan, seed=seed)
-            add(fresh, vectors, ids)
-            set_nprobe(fresh, self.nprobe)
-            rescored = storage_of(fresh) in RESCORED
-            staged = None
-            if rescored and self.rescorer is None:  # the vectors' first rescoring file
-                staged = write_rows(self.dir / STAGED_RESCORE, ids, vectors, self.dim)
-            with self._lock:
-                t = time.perf_counter()
-                saved = self._replay(fresh, None)  # the writes made while it trained
-                locked += time.perf_counter() - t
-            installed = self._install(fresh, staged)  # a crash from here on replays the log onto it
-            rescorer = (self.rescorer or self._open_rescorer(fresh)) if rescored else None
-            with self._lock:
-                t = time.perf_counter()
-                self._replay(fresh, rescorer)  # and those made while it was saved (idempotent)
-                if saved:
-                    self.store.drop_changes(saved[-1][0])  # only what the saved file holds
-                retrained = {"at": now_iso(), "from": {"index_type": self.kind, "nlist": self.nlist}}
-                self.index, self.rescorer = fresh, rescorer
-                self.kind, self.nlist = plan.index_type, plan.nlist
-                self._pending = self.store.count_changes()
-                self.manifest = installed | {
-                    "index_type": plan.index_type,
-                    "nlist": plan.nlist,
-                    "plan": plan.reason,
-                    "ntotal": self.ntotal,
-                    "retrained": retrained
-                    | {
-                        "seconds": round(time.perf_counter() - start, 2),
-                        "blocking_seconds": round(locked + time.perf_counter() - t, 3),
-                    },
-                }
-                # After the Faiss file: a crash in between leaves the new index under the old
-                # manifest's type/nlist labels (searches still work); a second retrain fixes them.
-                atomic_write_json(self.dir / "manifest.json", self.manifest)
-                integrity.fsync_path(self.dir)
-                if not rescored and RESCORE_FILE in self.manifest.get("files", {}):
-                    self.manifest = integrity.drop_file(self.dir, RESCORE_FILE, self.manifest)
-            return self.manifest
-        finally:
-            self._retraining.release()
 
     def snapshot(self, out: str | Path, overwrite: bool = False, link: bool = True) -> dict[str, Any]:
         """A consistent copy of this index in the new directory ``out``, taken while searches and

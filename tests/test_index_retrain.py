@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import index.live
+import index.retrain
 from distilembed.artifacts import read_manifest
 from distilembed.errors import BusyError, UserError
 from index.live import LiveIndex
@@ -65,7 +66,7 @@ def test_writes_during_training_and_saving_are_kept(tmp_path, monkeypatch) -> No
     write, and even ask for a checkpoint after every change, which must wait for the swap."""
     make_index(tmp_path / "idx")
     live = LiveIndex(tmp_path / "idx", checkpoint_every=1)
-    real_build, real_save = index.live.build_index, index.live.save_index
+    real_build, real_save = index.retrain.build_index, index.live.save_index
 
     def build_while_writing(*args, **kwargs):
         live.upsert([Document("during", "written while the new index trains")], unit(6))
@@ -79,7 +80,7 @@ def test_writes_during_training_and_saving_are_kept(tmp_path, monkeypatch) -> No
         live.upsert([Document("saving", "written while the new index is saved")], unit(7))
         real_save(index_, path)
 
-    monkeypatch.setattr(index.live, "build_index", build_while_writing)
+    monkeypatch.setattr(index.retrain, "build_index", build_while_writing)
     monkeypatch.setattr(index.live, "save_index", save_while_writing)
     live.retrain(nlist=16, flat_below=100)
     assert live.nlist == 16 and live.ntotal == 3001
@@ -120,7 +121,7 @@ def test_kill_9_during_retrain_loses_nothing(tmp_path, die_in: str) -> None:
         f"""
         import os, signal
         import faiss
-        import index.live
+        import index.live, index.retrain
         from index.live import LiveIndex
         from index.store import Document
         from tests.test_index_live import unit
@@ -129,14 +130,15 @@ def test_kill_9_during_retrain_loses_nothing(tmp_path, die_in: str) -> None:
         print("acknowledged", flush=True)
         def die(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGKILL)
-        real = index.live.{die_in}
+        module = index.live if {die_in!r} == "save_index" else index.retrain
+        real = getattr(module, {die_in!r})
         def hooked(*args, **kwargs):
             if {die_in!r} == "save_index" and isinstance(args[0], faiss.IndexIVF):
                 die()  # the new index, before it replaces the old file (the snapshot went first)
             if {die_in!r} == "atomic_write_json":
                 die()
             return real(*args, **kwargs)
-        index.live.{die_in} = hooked
+        setattr(module, {die_in!r}, hooked)
         live.retrain(nlist=16, flat_below=100)
         """
     )
