@@ -163,7 +163,7 @@ def test_a_missing_or_emptied_store_is_refused(tmp_path) -> None:
 
 CRASH_SCRIPT = """
 import os, signal
-import index.integrity, index.live
+import index.integrity, index.retrain
 from index.live import LiveIndex
 from index.store import Document
 from tests.test_index_live import unit
@@ -174,7 +174,7 @@ live.delete(["doc4"])
 print("acknowledged", flush=True)
 {prepare}
 calls = []
-real_write, real_final = index.integrity.write_manifest, index.live.atomic_write_json
+real_write, real_final = index.integrity.write_manifest, index.retrain.atomic_write_json
 real_drop = live.store.drop_changes
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -194,7 +194,7 @@ def drop_changes(seq):
     if point == "before the log is dropped":
         die()
     return real_drop(seq)
-index.integrity.write_manifest, index.live.atomic_write_json = write_manifest, final_write
+index.integrity.write_manifest, index.retrain.atomic_write_json = write_manifest, final_write
 live.store.drop_changes = drop_changes
 {action}
 """

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import index.live
+import index.retrain
 import index.snapshot
 from distilembed.artifacts import atomic_write_json, read_manifest
 from distilembed.errors import BusyError, UserError
@@ -211,7 +212,7 @@ def test_snapshot_cli_while_a_writer_holds_the_lock_then_restore(tmp_path) -> No
 def test_snapshot_waits_for_no_retrain_and_refuses_a_taken_output(tmp_path, monkeypatch) -> None:
     sealed_index(tmp_path / "idx", n=2000, flat=True)
     live = LiveIndex(tmp_path / "idx")
-    real_build = index.live.build_index
+    real_build = index.retrain.build_index
     refused: list[str] = []
 
     def build_then_snapshot(*args, **kwargs):
@@ -220,7 +221,7 @@ def test_snapshot_waits_for_no_retrain_and_refuses_a_taken_output(tmp_path, monk
         refused.append(str(busy.value))
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(index.live, "build_index", build_then_snapshot)
+    monkeypatch.setattr(index.retrain, "build_index", build_then_snapshot)
     live.retrain(nlist=16, flat_below=100)
     assert refused and not (tmp_path / "during").exists() and not list(tmp_path.glob(".during*"))
     snap = live.snapshot(tmp_path / "after")
