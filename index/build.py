@@ -12,7 +12,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +193,7 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
 
 
 def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> dict[str, Any]:
-    check_storage(cfg.storage, pq_m=cfg.pq_m or 1, pq_bits=cfg.pq_bits)  # before the corpus is encoded
+    check_storage(cfg.storage, pq_bits=cfg.pq_bits)  # before the corpus is read and encoded
     if cfg.on_disk and cfg.storage in RESCORED:
         raise UserError(f"--on-disk keeps float32 or sq8 lists; {cfg.storage} lists fit in RAM")
     if cfg.rescore_k < 1:
@@ -203,9 +203,8 @@ def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> di
     start = time.perf_counter()
     plan = plan_corpus(spec, cfg.shard_size)  # validates the corpus before a model is loaded
     bundle = verify_bundle(Path(cfg.bundle), [MODEL_FILES.get(cfg.variant, cfg.variant), TOKENIZER_FILE])
-    if cfg.pq_m is None:
-        cfg = replace(cfg, pq_m=default_pq_m(int(bundle["dim"])))
-    check_storage(cfg.storage, int(bundle["dim"]), cfg.pq_m or 1, cfg.pq_bits)
+    pq = (cfg.pq_m or default_pq_m(int(bundle["dim"])), cfg.pq_bits)
+    check_storage(cfg.storage, int(bundle["dim"]), *pq)
     bundle_sha = bundle_identity(Path(cfg.bundle))
     work = out.with_name(out.name + ".partial")
     _check_resume(
@@ -235,7 +234,7 @@ def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> di
             work,
             tmp,
             dim=int(bundle["dim"]),
-            index_plan=(cfg.nlist, cfg.flat_below, cfg.storage, (cfg.pq_m or 1, cfg.pq_bits)),
+            index_plan=(cfg.nlist, cfg.flat_below, cfg.storage, pq),
             on_disk=cfg.on_disk,
             index_file=INDEX_FILE,
             store_file=STORE_FILE,

@@ -161,17 +161,17 @@ class LiveIndex(Retraining):
         after that: it is renamed in before the Faiss file, so it holds at least the rows the log
         no longer does (a newer one only holds rows the log holds too)."""
         while True:
+            checked = None
             if verify:
                 names = integrity.recorded_replaced_files(read_manifest(self.dir))
-                self._checked = integrity.verified_files(f"index {self.dir}", self.dir, names)
+                checked = self._checked = integrity.verified_files(f"index {self.dir}", self.dir, names)
             index, snapshot = _read_snapshot(self.dir / INDEX_FILE, self.nprobe)
-            if verify and self._checked is not None and snapshot != self._checked[INDEX_FILE][0]:
+            if checked is not None and snapshot != checked[INDEX_FILE][0]:
                 continue  # replaced since it was hashed: check the new one
             changes = self._changes_after(0)
             if _snapshot_of(self.dir / INDEX_FILE) != snapshot:
                 continue
             rescorer = self._open_rescorer(index)
-            checked = self._checked if verify else None
             if rescorer is not None and checked is not None and rescorer.identity != checked[RESCORE_FILE][0]:
                 continue  # not the file that was hashed
             _apply(index, rescorer, changes)

@@ -24,8 +24,8 @@ import numpy as np
 
 from distilembed.artifacts import FILE_MODE
 from distilembed.errors import UserError
-from index.integrity import Identity
-from index.vectors import search
+from index.integrity import Identity, ids_of
+from index.vectors import held_vectors, search
 
 DEFAULT_RESCORE_K = 50  # bench/compression.py: 30 -> 100 candidates gains 0.1-0.3 MRR, costs 2x
 CHUNK_ROWS = 1 << 16  # rows copied per step when a new file is written
@@ -99,11 +99,18 @@ class Rescorer:
             rows = np.empty((len(wanted), self.dim), dtype=np.float32)
             rows[order] = self.base[wanted[order]]
             out[held] = rows
-        if fresh and self.fresh:
-            for row in np.flatnonzero(np.isin(flat, np.fromiter(self.fresh, np.int64, len(self.fresh)))):
-                vector = self.fresh[int(flat[row])]
+        if fresh:
+            for (row,), vector in self._changed(flat):
                 out[row] = 0.0 if vector is None else vector
         return out
+
+    def _changed(self, ids: np.ndarray) -> Iterator[tuple[tuple[int, ...], np.ndarray | None]]:
+        """(position in ``ids``, vector or None if deleted) of each id changed since the file."""
+        if not self.fresh:
+            return
+        changed = np.isin(ids, np.fromiter(self.fresh, np.int64, len(self.fresh)))
+        for position in zip(*np.nonzero(changed), strict=True):
+            yield tuple(int(p) for p in position), self.fresh[int(ids[position])]
 
     def search(
         self,
@@ -142,11 +149,8 @@ class Rescorer:
                 len(queries),
                 ids.shape[1],
             )
-        if self.fresh:
-            changed = np.isin(ids, np.fromiter(self.fresh, np.int64, len(self.fresh)))
-            for row, col in zip(*np.nonzero(changed), strict=True):
-                vector = self.fresh[int(ids[row, col])]
-                out[row, col] = -np.inf if vector is None else float(queries[row] @ vector)
+        for (row, col), vector in self._changed(ids):
+            out[row, col] = -np.inf if vector is None else float(queries[row] @ vector)
         return out
 
     def write(self, out: Path) -> Path:
@@ -196,3 +200,14 @@ def _mapped_for_writing(path: Path, rows: int, dim: int) -> Iterator[np.ndarray]
     except BaseException:
         path.unlink(missing_ok=True)
         raise
+
+
+def exact_vectors(
+    index: faiss.Index, rescorer: Rescorer | None, fresh: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, float32 vectors) of every entry of ``index``: decoded from its lists, or, for
+    compressed lists, read from ``rescorer`` (``fresh`` False: as of its file)."""
+    if rescorer is None:
+        return held_vectors(index)
+    ids = ids_of(index)
+    return ids, rescorer.vectors(ids, fresh=fresh)

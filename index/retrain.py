@@ -14,14 +14,13 @@ from distilembed.artifacts import atomic_write_json, now_iso
 from distilembed.errors import BusyError
 from index import integrity
 from index.integrity import INDEX_FILE, RESCORE_FILE, STAGED_RESCORE
-from index.rescore import write_rows
+from index.rescore import exact_vectors, write_rows
 from index.vectors import (
     FLAT_BELOW,
     RESCORED,
     add,
     build_index,
     check_storage,
-    held_vectors,
     load_index,
     plan_index,
     pq_shape,
@@ -38,11 +37,7 @@ class Retraining:
     def _held(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, exact vectors) of the snapshot file: a retrain's training set. Compressed lists
         only know their ids; their vectors come from the rescoring file (as of that snapshot)."""
-        copy = load_index(self.dir / INDEX_FILE, self.nprobe)
-        if self.rescorer is None:
-            return held_vectors(copy)
-        ids = integrity.ids_of(copy)
-        return ids, self.rescorer.vectors(ids, fresh=False)
+        return exact_vectors(load_index(self.dir / INDEX_FILE, self.nprobe), self.rescorer, fresh=False)
 
     def retrain(
         self,

@@ -22,11 +22,11 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
-from index.integrity import RESCORE_FILE, ids_of, with_files
+from index.integrity import RESCORE_FILE, with_files
 from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
-from index.rescore import write_rows
+from index.rescore import exact_vectors, write_rows
 from index.store import Document, DocumentStore
-from index.vectors import add, held_vectors, is_binary, save_index
+from index.vectors import add, is_binary, save_index
 
 SHARDS_KIND = "index_shards"
 
@@ -47,11 +47,7 @@ def shard_index(source: Path, count: int, out: Path, overwrite: bool = False) ->
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
     whole = LiveIndex(source, writable=False)
     try:
-        if whole.rescorer is not None:  # compressed lists: the exact vectors are the rescorer's
-            ids = ids_of(whole.index)
-            vectors = whole.rescorer.vectors(ids)
-        else:
-            ids, vectors = held_vectors(whole.index)
+        ids, vectors = exact_vectors(whole.index, whole.rescorer)
         owners = _owners(whole.store, ids, count)
         with atomic_directory(out, overwrite=overwrite) as tmp:
             names = []

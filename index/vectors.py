@@ -95,8 +95,7 @@ def describe(index: faiss.Index) -> tuple[str, int]:
     """(index type as the manifest names it, nlist) of a loaded index."""
     if not is_ivf(index):
         return "flat", 0
-    storage = storage_of(index)
-    return ("ivf" if storage == "float32" else f"ivf_{storage}"), int(index.nlist)
+    return IndexPlan("ivf", int(index.nlist), "", storage_of(index)).index_type, int(index.nlist)
 
 
 def default_nprobe(storage: str) -> int:

@@ -1,12 +1,19 @@
 """Shared by the service's HTTP tests (a pytest plugin, tests/conftest.py): small settings, a clean
-``DISTILEMBED_*`` environment, and in-process clients on the fake encoder that fail the test if any
-request reached the catch-all 500 handler."""
+``DISTILEMBED_*`` environment, in-process clients on the fake encoder that fail the test if any
+request reached the catch-all 500 handler, and ``distilembed serve`` in a child process."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -52,3 +59,46 @@ def make_client() -> Iterator[Callable[..., TestClient]]:
         registry = client.app.state.service.metrics.registry
         client.__exit__(None, None, None)
         assert registry.get_sample_value("distilembed_internal_errors_total") == 0
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, thread: threading.Thread | None = None, timeout: float = 30
+) -> None:
+    """Poll a condition with a deadline (a server's state, seen from outside)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if thread is not None:
+            thread.join(0.02)
+        else:
+            time.sleep(0.02)
+
+
+@contextmanager
+def serve_process(args: list[str], port: int) -> Iterator[subprocess.Popen[str]]:
+    """``distilembed serve ARGS --port PORT`` in a child process, yielded once ``/ready`` answers
+    200; stopped (SIGTERM) on exit if it is still running."""
+    cmd = [sys.executable, "-m", "distilembed.cli", "serve", *args, "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def ready() -> bool:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, "the service to be ready", timeout=120)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()

@@ -4,16 +4,14 @@ in-process (a folder of text files indexed and searched)."""
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.service_client import serve_process
 from tests.test_ray_serve import _free_port
-from tests.test_service_lifecycle import _wait
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "models" / "default"
@@ -27,33 +25,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``distilembed serve`` on models/default with an empty index, on a free port."""
     port = _free_port()
     index_dir = tmp_path_factory.mktemp("live") / "idx"
-    cmd = [
-        sys.executable,
-        "-m",
-        "distilembed.cli",
-        "serve",
-        "--bundle",
-        str(BUNDLE),
-        "--index",
-        str(index_dir),
-    ]
-    cmd += ["--create-index", "--port", str(port), "--threads", "1", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        try:
-            return httpx.get(f"{base}/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        _wait(ready, "the service to be ready", timeout=120)
-        yield base
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
+    args = ["--bundle", str(BUNDLE), "--index", str(index_dir), "--create-index"]
+    with serve_process([*args, "--threads", "1", "--log-level", "warning"], port):
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_openai_sdk_gets_128_d_embeddings(service: str) -> None:

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -18,21 +17,11 @@ from service.app import create_app
 from service.server import server_for
 from service.settings import Settings
 from service.testing import FakeEncoder
+from tests.service_client import serve_process, wait_until
 from tests.test_ray_serve import _free_port
 from tests.test_service_e2e import _live_index_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _wait(condition: object, what: str, thread: threading.Thread | None = None, timeout: float = 30) -> None:
-    """Poll a condition with a deadline (a server's state, seen from outside)."""
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        if thread is not None:
-            thread.join(0.02)
-        else:
-            time.sleep(0.02)
 
 
 def _in_index(index_dir: Path, ids: list[str]) -> tuple[list[str], int]:
@@ -57,7 +46,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_loses_no_write(tmp_path: Pa
     runner = threading.Thread(target=server.run)
     runner.start()
     base = f"http://127.0.0.1:{port}"
-    _wait(lambda: server.started, "the server to start", runner)
+    wait_until(lambda: server.started, "the server to start", runner)
     gate.set()
     for i in range(5):  # acknowledged before the stop
         doc = {"id": f"a{i}", "text": f"before the stop {i}"}
@@ -90,7 +79,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_loses_no_write(tmp_path: Pa
 
     server.handle_exit(signal.SIGTERM, None)  # what uvicorn's handler does on the signal
     assert state.ready is False
-    _wait(
+    wait_until(
         lambda: not server.servers or all(not s.is_serving() for s in server.servers), "the listener to close"
     )
     gate.set()
@@ -106,36 +95,13 @@ def test_sigterm_finishes_the_requests_in_flight_and_loses_no_write(tmp_path: Pa
 def test_a_sigterm_stop_exits_0_with_the_index_checkpointed(tiny_bundle: Path, tmp_path: Path) -> None:
     port = _free_port()
     index_dir = tmp_path / "idx"
-    cmd = [
-        sys.executable,
-        "-m",
-        "distilembed.cli",
-        "serve",
-        "--bundle",
-        str(tiny_bundle),
-        "--index",
-        str(index_dir),
-    ]
-    cmd += ["--create-index", "--port", str(port), "--log-level", "warning", "--threads", "1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        base = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                return httpx.get(f"{base}/ready", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        _wait(ready, "the service to be ready", timeout=120)
+    args = ["--bundle", str(tiny_bundle), "--index", str(index_dir), "--create-index"]
+    with serve_process([*args, "--log-level", "warning", "--threads", "1"], port) as proc:
         docs = [{"id": f"d{i}", "text": f"a document number {i}"} for i in range(20)]
+        base = f"http://127.0.0.1:{port}"
         assert httpx.post(f"{base}/documents", json={"documents": docs}, timeout=60).status_code == 200
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, output
     assert "Traceback" not in output
     missing, logged = _in_index(index_dir, [d["id"] for d in docs])
