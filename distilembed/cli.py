@@ -49,12 +49,14 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except Exception as exc:  # click usage errors carry their own exit code
-        for exceptions in _click_exception_modules():
+        modules = _click_exception_modules()
+        for exceptions in modules:
             if isinstance(exc, exceptions.ClickException):
                 exc.show()
                 sys.exit(exc.exit_code)
-            if isinstance(exc, exceptions.Exit):
-                sys.exit(exc.exit_code)
+        exits = (typer.Exit, *(m.Exit for m in modules if hasattr(m, "Exit")))
+        if isinstance(exc, exits):
+            sys.exit(exc.exit_code)
         raise
 
 

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from distilembed.errors import UserError
+
 Opt = typer.Option
 app = typer.Typer(help="Build and query a Faiss index of a corpus.", no_args_is_help=True)
 
@@ -115,11 +117,18 @@ def _encoder_for(
     from distilembed.artifacts import read_manifest
     from export.runtime import Encoder, bundle_identity
     from index.live import open_for_bundle
+    from index.shards import is_sharded, open_sharded
 
-    meta = read_manifest(index_dir)["bundle"] if (index_dir / "manifest.json").is_file() else {}
+    sharded = is_sharded(index_dir)
+    if sharded and writable:
+        raise UserError(f"{index_dir} is a sharded index, read-only: write to its source and shard it again")
+    built = index_dir / read_manifest(index_dir)["shards"][0] if sharded else index_dir
+    meta = read_manifest(built).get("bundle", {}) if (built / "manifest.json").is_file() else {}
     bundle_dir = bundle or Path(meta.get("path", ""))
     encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
     bundle_sha = bundle_identity(bundle_dir)
+    if sharded:
+        return open_sharded(index_dir, encoder.dim, bundle_sha, rescore_k=rescore_k), encoder
     live = open_for_bundle(index_dir, encoder.dim, bundle_sha, writable=writable, rescore_k=rescore_k)
     return live, encoder
 

@@ -21,3 +21,26 @@ def test_usage_errors_exit_2_without_a_traceback(args: list[str], expected: str)
     output = done.stdout + done.stderr
     assert done.returncode == 2
     assert expected in output and "Traceback" not in output
+
+
+def test_entry_point_keeps_exit_codes_and_real_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """typer.Exit keeps its code; an unexpected error propagates as itself (the handler once raised
+    AttributeError on every unexpected error, hiding it)."""
+    import typer
+
+    from distilembed import cli
+
+    def raising(error: BaseException):
+        def fake_app(**_: object) -> None:
+            raise error
+
+        return fake_app
+
+    monkeypatch.setattr(cli, "_register", lambda: None)
+    monkeypatch.setattr(cli, "app", raising(typer.Exit(3)))
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 3
+    monkeypatch.setattr(cli, "app", raising(KeyError("bundle")))
+    with pytest.raises(KeyError, match="bundle"):
+        cli.main()

@@ -90,3 +90,26 @@ def test_service_serves_a_sharded_directory(tiny_bundle, whole, tmp_path) -> Non
                 refused = client.post("/documents", json={"documents": [{"id": "x", "text": "new text"}]})
                 assert refused.status_code == 409 and "read-only" in refused.json()["error"]
     assert answers[0] == answers[1] and len(answers[0]) == 5
+
+
+def test_cli_searches_a_sharded_directory_and_refuses_writes(whole, tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from distilembed.cli import _register, app
+
+    shard_index(whole, 2, tmp_path / "sharded")
+    _register()
+    runner = CliRunner()
+    reference = LiveIndex(whole, writable=False).get("t5").text
+    searched = runner.invoke(app, ["index", "search", "--index", str(whole), "--query", reference, "-k", "3"])
+    sharded = runner.invoke(
+        app, ["index", "search", "--index", str(tmp_path / "sharded"), "--query", reference, "-k", "3"]
+    )
+    assert sharded.exit_code == 0, sharded.output
+    assert sharded.output == searched.output and "t5" in sharded.output
+    docs = tmp_path / "more.jsonl"
+    docs.write_text(json.dumps({"id": "new", "text": "new text"}) + "\n")
+    added = runner.invoke(app, ["index", "add", "--index", str(tmp_path / "sharded"), "--corpus", str(docs)])
+    assert isinstance(added.exception, UserError) and "read-only" in str(added.exception)
