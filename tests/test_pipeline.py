@@ -3,6 +3,8 @@
 import json
 import subprocess
 import sys
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +13,8 @@ from sentence_transformers import SentenceTransformer
 from distilembed.errors import UserError
 from training.config import make_config
 from training.pipeline import run_training
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cfg(tiny_teacher, tiny_bert, **kw):
@@ -133,3 +137,22 @@ def test_cli_bad_input_is_one_line(args, message, tiny_teacher, tiny_bert, tiny_
     lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_congen_preset_is_the_default_models_recipe() -> None:
+    """`--preset congen-mpnet-cpu` reproduces models/default: its training config, field by field
+    (device and stage-2 settings aside: congen has no stage 2 and the preset leaves device to auto)."""
+    provenance = json.loads((ROOT / "models" / "default" / "provenance.json").read_text())
+    shipped = provenance["train_config"]
+    preset = asdict(make_config("congen-mpnet-cpu", {}))
+    ignored = {"device", "extra", "finetune_epochs"}
+    differing = {
+        key: (preset[key], value)
+        for key, value in shipped.items()
+        if key not in ignored and key in preset and _plain(preset[key]) != value
+    }
+    assert differing == {}
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else value

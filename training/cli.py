@@ -30,7 +30,12 @@ def comma_list(text: str | None, kind: type[int] | type[float], flag: str) -> li
 
 def train_command(
     out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
-    preset: Annotated[str | None, Opt(help="smoke | hpd-mpnet | hpd-mpnet-cpu; flags override it.")] = None,
+    preset: Annotated[
+        str | None,
+        Opt(
+            help="smoke | hpd-mpnet | hpd-mpnet-cpu | congen-mpnet-cpu (docs/training.md); flags override it."
+        ),
+    ] = None,
     method: Annotated[
         str | None,
         Opt(help="Distillation method: hpd | ibkd | distilcse-kd | distilcse-ckd | simtde | congen."),
