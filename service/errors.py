@@ -72,10 +72,24 @@ def allowed_methods(request: Request) -> str:
     """Every method some route serves at this path (Starlette's 405 names only the first route's)."""
     methods: set[str] = set()
     for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
+        methods |= _route_methods(route, request.scope)
     return ", ".join(sorted(methods))
+
+
+def _route_methods(route: Any, scope: dict[str, Any]) -> set[str]:
+    """The methods of a plain route that matches the path, or of the routes of an included router
+    (FastAPI >= 0.165 keeps those behind one ``_IncludedRouter`` entry with no ``methods``)."""
+    if getattr(route, "methods", None):
+        match, _ = route.matches(scope)
+        return set(route.methods) if match != Match.NONE else set()
+    contexts = getattr(route, "effective_route_contexts", None)
+    if contexts is None:
+        return set()
+    found: set[str] = set()
+    for context in contexts() if callable(contexts) else contexts:
+        if context.path_regex.match(scope["path"]):
+            found |= set(context.methods or ())
+    return found
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

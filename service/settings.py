@@ -13,7 +13,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DISTILEMBED_", extra="ignore", validate_default=True)
 
     bundle: Path = Field(Path("models/default"), description="Exported bundle directory.")
-    variant: Literal["int8", "fp32"] = "int8"
+    variant: Literal["int8", "fp32"] = Field("int8", description="Which graph of the bundle to run.")
     model_name: str | None = Field(None, description="Name reported as `model` (default: bundle dir name).")
     index_dir: Path | None = Field(None, description="Live index directory; unset = no search/documents.")
     snapshot_dir: Path | None = Field(
@@ -22,11 +22,13 @@ class Settings(BaseSettings):
     create_index: bool = Field(
         False, description="Create an empty index at index_dir when there is none (documents come by upsert)."
     )
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="Bind address (0.0.0.0: every interface).")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port.")
     threads: int | None = Field(None, ge=0, description="onnxruntime intra-op threads (0 or unset: all).")
     max_items: int = Field(256, ge=1, description="Most texts (or documents) in one request; more = 413.")
-    max_chars: int = Field(8192, ge=1, description="Longest text in characters; longer = 422 or truncated.")
+    max_chars: int = Field(
+        8192, ge=1, description="Longest text in characters; longer = 413 (or cut: truncate)."
+    )
     max_queue: int = Field(2048, ge=1, description="Most texts waiting for the encoder; more = 429.")
     max_batch: int = Field(128, ge=1, description="Most texts in one encoder call.")
     run_batch: int = Field(
@@ -49,12 +51,14 @@ class Settings(BaseSettings):
         description="Comma-separated keys for upsert, delete, retrain and snapshot (they read too).",
     )
     metrics_require_key: bool = Field(False, description="/metrics needs a read key (when keys are set).")
-    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list, description="Comma-separated.")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated origins that browsers may call from (CORS)."
+    )
     nprobe: int | None = Field(None, ge=1, description="Default IVF nprobe (default: the index manifest's).")
     rescore_k: int | None = Field(
         None, ge=1, description="pq/binary indexes: candidates rescored per query (default: the manifest's)."
     )
-    default_top_k: int = Field(10, ge=1)
+    default_top_k: int = Field(10, ge=1, description="top_k of a search that sets none.")
     max_top_k: int = Field(100, ge=1, description="Largest top_k a search may ask for.")
     max_concurrency: int = Field(
         256, ge=1, description="Open connections/requests uvicorn serves at once (503 beyond); bounds memory."
@@ -66,10 +70,12 @@ class Settings(BaseSettings):
         "the clients and load balancers in front (60 s is common), so that they close idle connections "
         "first: a server that closes first races a request sent at that instant (a dropped request).",
     )
-    access_log: bool = False
+    access_log: bool = Field(False, description="uvicorn's per-request access log.")
     shutdown_timeout_s: float = Field(10.0, ge=0, description="Graceful shutdown: time to drain requests.")
-    warmup: bool = True
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    warmup: bool = Field(True, description="Run the encoder on warm-up batches before /ready turns true.")
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
+        "info", description="Logging."
+    )
     # --engine ray (service/ray_serve.py): the same app on Ray Serve.
     engine: Literal["local", "ray"] = Field("local", description="local: uvicorn here; ray: Ray Serve.")
     ray_address: str | None = Field(
@@ -79,7 +85,7 @@ class Settings(BaseSettings):
     )
     replicas: int = Field(1, ge=1, description="Ray: API replicas (encoder + read-only index each).")
     autoscale_max: int | None = Field(
-        None, ge=1, description="Ray: autoscale between `replicas` and this many on queue length."
+        None, ge=1, description="Ray: autoscale between `replicas` and this many on requests in flight."
     )
     target_ongoing_requests: float = Field(
         2.0, gt=0, description="Ray autoscaling: requests in flight per replica to aim for."

@@ -78,7 +78,7 @@ class ServiceState:
         return self.index
 
     def check_texts(self, texts: list[str], truncate: bool = False) -> list[str]:
-        """Apply the per-request limits: too many texts = 413, a text too long = 422 (or cut)."""
+        """Apply the per-request limits: too many texts or a text too long = 413 (or cut with truncate)."""
         limits = self.settings
         if len(texts) > limits.max_items:
             raise payload_too_large(f"{len(texts)} texts in one request; the limit is {limits.max_items}")

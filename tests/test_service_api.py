@@ -303,7 +303,12 @@ def test_api_key(make_client):
 
 def test_unknown_route_and_method(client):
     error(client.get("/nope"), 404, "not_found")
-    error(client.get("/v1/embeddings"), 405, "method_not_allowed")
+    embeddings = client.get("/v1/embeddings")
+    error(embeddings, 405, "method_not_allowed")
+    assert embeddings.headers["allow"] == "POST"
+    document = client.post("/documents/x")  # its GET and DELETE are in two included routers
+    error(document, 405, "method_not_allowed")
+    assert document.headers["allow"] == "DELETE, GET"
 
 
 def test_cors(make_client):
