@@ -17,7 +17,9 @@ rows (4 x width bytes) stay on disk. STS-B test: Spearman of the cosine of the s
     python bench/compression.py --bundles default=models/default,matryoshka=runs/bundles/congen-mrl-e6
 
 Teacher vectors come through the teacher-target cache as in bench/quora_sr.py (encoded once per
-machine). Writes JSON (--out) and a PNG of MRR@10 against bytes per document (--png).
+machine). Writes JSON (--out) and a PNG of MRR@10 against bytes per document (--png), and rewrites
+the block ``compression`` of docs/results.md (--no-doc: not); ``--render-from JSON`` rewrites it
+from an earlier run's JSON, measuring nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -45,6 +48,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
 from quora_sr import drop_self, retrieval_scores, teacher_vectors  # noqa: E402
+from results_doc import add_doc_args, fmt, markdown_table, publish, repo_path, run_info  # noqa: E402
 from timing import interleaved_seconds  # noqa: E402
 
 from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
@@ -202,7 +206,58 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
+def render(result: dict[str, Any]) -> str:
+    """Every (model, width, storage) row with one column group per corpus, then the acceptance."""
+    args, rows = result["args"], result["rows"]
+    corpora = sorted({r["corpus"] for r in rows})
+    exact = {r["corpus"]: r["mrr10"] for r in rows if r["storage"] == "exact"}
+    by_key: dict[tuple[str, int, str], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault((r["model"], r["width"], r["storage"]), {})[r["corpus"]] = r
+    header = ["model", "width", "storage", "B/doc in RAM", "STS-B test"]
+    for n in corpora:
+        header += [f"MRR@10, {n:,} docs", "% of teacher exact", "ms / 1000 q"]
+    table = []
+    for (model, width, storage), at in by_key.items():
+        first = next(iter(at.values()))
+        line = [model, width, storage, f"{first['code_bytes']:.0f}", fmt(first["sts_b_test"], ".2f")]
+        for n in corpora:
+            r = at.get(n, {"mrr10": None, "ms_per_1000": None})
+            share = None if r["mrr10"] is None else 100 * r["mrr10"] / exact[n]
+            line += [fmt(r["mrr10"], ".2f"), fmt(share, ".1f"), fmt(r["ms_per_1000"])]
+        table.append(line)
+    bundles = (b.split("=", 1) for b in args["bundles"].split(","))
+    models = ", ".join(f"{name} = `{repo_path(path)}`" for name, path in bundles)
+    setup = (
+        f"Students: {models} ({args['variant']}). Quora retrieval as in bench/quora_sr.py; IVF nlist "
+        f"{args['nlist']}, nprobe {args['nprobe']} (binary lists {args['binary_nprobe']}), rescore_k "
+        f"{args['rescore_k']}, {result['threads']} threads. B/doc in RAM: the lists' code plus the 8-byte "
+        "id; rescored storages also keep 4 x width bytes per document on disk. STS-B test: the cosine of "
+        "what the storage keeps. Time: median of interleaved rounds; the reference is the teacher's IVF."
+    )
+    return "\n\n".join(
+        [setup, markdown_table(header, table, "lrl" + "r" * (len(header) - 3)), render_acceptance(result)]
+    )
+
+
+def render_acceptance(result: dict[str, Any]) -> str:
+    """The acceptance figures of each student at its full width."""
+    widest: dict[str, int] = {}
+    for r in result["rows"]:
+        widest[r["model"]] = max(widest.get(r["model"], 0), r["width"])
+    lines = []
+    for name, v in result["acceptance"].items():
+        model, width, storage, corpus = re.fullmatch(r"(\S+) (\d+) (\S+) \((\d+) docs\)", name).groups()
+        if int(width) == widest[model]:
+            mrr, share = f"{v['mrr_vs_teacher_exact_pct']:.2f}%", f"1/{v['list_bytes_vs_teacher_float']:.0f}"
+            time = f"{v['teacher_ivf_time_over_this']:.2f}x"
+            lines.append([f"{model} {width} {storage}", f"{int(corpus):,}", mrr, share, time])
+    header = ("student, width, storage", "docs", "MRR@10, % of teacher exact", "list bytes / teacher's")
+    return markdown_table((*header, "teacher IVF time / this"), lines, "lrrrr")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     data = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundles", default="default=models/default", help="name=path,...")
@@ -226,7 +281,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/compression.json")
     parser.add_argument("--png", default="bench/results/compression.png")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        publish(args, json.loads(args.render_from.read_text()), args.render_from, "compression", render)
+        return
     faiss.omp_set_num_threads(args.threads)
     from export.runtime import Encoder
 
@@ -273,10 +332,10 @@ def main() -> None:
                     }
                     | row.result
                 )
-    report(results, args)
+    report(results, args, run_info("bench/compression.py", argv))
 
 
-def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+def report(results: list[dict[str, Any]], args: argparse.Namespace, run: dict[str, str]) -> None:
     exact = {r["corpus"]: r["mrr10"] for r in results if r["storage"] == "exact"}
     shape = (
         f"nlist {args.nlist}, nprobe {args.nprobe} (binary {args.binary_nprobe}), rescore_k {args.rescore_k}"
@@ -296,11 +355,13 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     console.print(table)
     verdict = acceptance(results)
     console.print(verdict)
-    out = {"args": vars(args), "threads": args.threads, "rows": results, "acceptance": verdict}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    out = {"args": settings, "threads": args.threads, "rows": results, "acceptance": verdict, "run": run}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     plot(results, Path(args.png))
     console.print(f"wrote {args.out} and {args.png}")
+    publish(args, out, Path(args.out), "compression", render)
 
 
 if __name__ == "__main__":

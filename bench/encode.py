@@ -5,6 +5,9 @@ Latency: batch-1 p50/p99 over --latency-n sentences. Ratios are to the teacher's
 
     python bench/encode.py --student runs/hpd-mpnet --student-bundle runs/bundles/hpd-mpnet \
         --minilm-bundle runs/bundles/minilm --out bench/results/encode.json
+
+Rewrites the block ``encode`` of docs/results.md (--no-doc: not); ``--render-from JSON`` rewrites it
+from an earlier run's JSON, measuring nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from results_doc import add_doc_args, markdown_table, publish, run_info
 from rich.console import Console
 from rich.table import Table
 
@@ -100,11 +106,28 @@ def plain_session(path: str, threads: int) -> tuple[EncodeFn, EncodeFn]:
     return (lambda t: run(t, 32), lambda t: run(t, 1))
 
 
-def main() -> None:
+def render(result: dict[str, Any]) -> str:
+    """The markdown table of a JSON this script wrote."""
+    meta, rows = result["meta"], result["rows"]
+    first = "x teacher" if rows[0]["setup"].startswith("teacher") else "x first row"
+    cells = [
+        [r["setup"], f"{r['sent_per_s']:,.1f}", *(f"{r[k]:.2f}" for k in ("ratio", "p50_ms", "p99_ms"))]
+        for r in rows
+    ]
+    table = markdown_table(("setup", "sent/s (bs 32)", first, "bs-1 p50 ms", "bs-1 p99 ms"), cells)
+    conditions = (
+        f"{meta['sentences']:,} STS-B test sentences at batch 32 (median of {meta['repeats']}), "
+        f"batch-1 latency over {meta['latency_n']} sentences, {meta['threads']} threads."
+    )
+    return f"{conditions}\n\n{table}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--teacher", default="all-mpnet-base-v2")
     parser.add_argument("--minilm", default="all-MiniLM-L6-v2")
-    parser.add_argument("--minilm-bundle", required=True)
+    parser.add_argument("--minilm-bundle")
     parser.add_argument("--student", help="student checkpoint (PyTorch)")
     parser.add_argument("--student-bundle", help="student bundle (ONNX fp32 and int8)")
     parser.add_argument(
@@ -116,7 +139,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-teacher", action="store_true")
     parser.add_argument("--out", default="bench/results/encode.json")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        publish(args, json.loads(args.render_from.read_text()), args.render_from, "encode", render)
+        return
+    if not args.minilm_bundle:
+        parser.error("--minilm-bundle is required")
 
     import torch
 
@@ -172,8 +201,10 @@ def main() -> None:
         "cpu": os.uname().machine,
         "cores": os.cpu_count(),
     }
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    result = {"meta": meta, "rows": rows, "run": run_info("bench/encode.py", argv)}
+    out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
+    publish(args, result, out, "encode", render)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
 
 Takes the first --n lines of the Wikipedia corpus, times ``Encoder.encode`` on them (the build's
 batch size and thread count), then ``distilembed index build`` on the same lines into a fresh
-directory, and reports both rates and their ratio (median of --repeats for the encoder).
+directory, and reports both rates and their ratio (median of --repeats for the encoder). Rewrites
+the block ``index-build`` of docs/results.md (``--no-doc``: not; ``--render-from JSON``: from an
+earlier run's JSON, measuring nothing).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from results_doc import add_doc_args, markdown_table, publish, run_info
 from rich.console import Console
 from rich.table import Table
 
@@ -36,17 +40,39 @@ def first_lines(path: Path, n: int) -> list[str]:
     return out
 
 
-def main() -> None:
+def render(result: dict[str, Any]) -> str:
+    build = result["build_docs_per_s_wall_clock"]
+    rows = [
+        ("`Encoder.encode`, in process", f"{result['encoder_docs_per_s']:,.1f}"),
+        ("`distilembed index build`, whole command, wall-clock", f"{build:,.1f}"),
+        ("ratio build / encoder", f"{result['build_over_encoder']:.3f}"),
+    ]
+    shape = result["index"]
+    title = (
+        f"First {result['n']:,} Wikipedia sentences, `{result['bundle']}`, {result['threads']} threads; "
+        f"the build made {shape['index_type']} nlist {shape['nlist']}, nprobe {shape['nprobe']}."
+    )
+    return f"{title}\n\n{markdown_table(('measure', 'docs/s'), rows)}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--bundle")
     parser.add_argument("--corpus", default=f"{data_root}/unlabeled/enwiki2015_1m_sentences.txt.gz")
     parser.add_argument("--n", type=int, default=30_000)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default="bench/results/index_build.json")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        publish(args, json.loads(args.render_from.read_text()), args.render_from, "index-build", render)
+        return
+    if not args.bundle:
+        parser.error("--bundle is required")
 
     from export.runtime import Encoder
 
@@ -93,6 +119,7 @@ def main() -> None:
         "build_docs_per_s_manifest": manifest.get("build", {}).get("docs_per_s", manifest.get("docs_per_s")),
         "build_over_encoder": round(build_rate / encoder_rate, 3),
         "index": {k: manifest.get(k) for k in ("index_type", "nlist", "nprobe", "ntotal")},
+        "run": run_info("bench/index_build.py", argv),
     }
     table = Table(title=f"index build vs encoder, {len(texts)} Wikipedia sentences, {args.threads} threads")
     for col in ("measure", "docs/s"):
@@ -103,6 +130,7 @@ def main() -> None:
     Console().print(table)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    publish(args, result, Path(args.out), "index-build", render)
 
 
 if __name__ == "__main__":

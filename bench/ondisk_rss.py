@@ -11,6 +11,8 @@ reads back on the next probe). The index's size is its Faiss files (the .faiss f
 With --limit-mb the on-disk index is served a third time inside a cgroup-v1 memory limit (needs
 root and /sys/fs/cgroup/memory): the kernel must then drop mapped pages to stay under it, which is
 what RSS below the index's size means under memory pressure; search latency is recorded too.
+Rewrites the block ``ondisk-rss`` of docs/results.md (--no-doc: not); ``--render-from JSON``
+rewrites it from an earlier run's JSON, measuring nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from http_harness import free_port, server  # noqa: E402
+from results_doc import add_doc_args, markdown_table, publish, run_info  # noqa: E402
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile")
 MB = 1024 * 1024
@@ -121,17 +124,42 @@ def measure(
     return out
 
 
-def main() -> None:
+def render(result: dict[str, Any]) -> str:
+    """One row per server, its samples (after 0, 100, ... searches) joined by slashes; MB are MiB."""
+    rows = []
+    for name, r in result.items():
+        if name == "run":
+            continue
+        samples = r["samples"]
+        cells = [
+            " / ".join(f"{s['searches']:,}" for s in samples),
+            " / ".join(f"{s['ms_per_search']:.1f}" for s in samples if "ms_per_search" in s),
+            *(" / ".join(f"{s[f] / MB:.0f}" for s in samples) for f in FIELDS),
+            " / ".join(f"{s['VmRSS'] / r['index_bytes']:.2f}" for s in samples),
+        ]
+        rows.append([name, f"{r['info']['ntotal']:,}", f"{r['index_bytes'] / MB:.0f}", *cells])
+    header = ("index", "ntotal", "index MB", "searches", "ms/search", "VmRSS MB", "RssAnon MB", "RssFile MB")
+    return markdown_table((*header, "RSS / index"), rows, "lrrrrrrrr")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--in-ram", type=Path, required=True, help="an index built without --on-disk")
-    parser.add_argument("--on-disk", type=Path, required=True, help="the same corpus built with --on-disk")
+    parser.add_argument("--in-ram", type=Path, help="an index built without --on-disk")
+    parser.add_argument("--on-disk", type=Path, help="the same corpus built with --on-disk")
     parser.add_argument("--bundle", default=str(ROOT / "models" / "default"))
     parser.add_argument("--source", default=str(data / "unlabeled" / "enwiki2015_1m_sentences.txt.gz"))
     parser.add_argument("--searches", type=int, nargs="+", default=[100, 1000, 5000])
     parser.add_argument("--limit-mb", type=int, help="also serve the on-disk index under this memory limit")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ondisk_rss.json")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        publish(args, json.loads(args.render_from.read_text()), args.render_from, "ondisk-rss", render)
+        return
+    if not (args.in_ram and args.on_disk):
+        parser.error("--in-ram and --on-disk are required")
     with gzip.open(args.source, "rt", encoding="utf-8") as handle:  # the file's last sentences
         texts = [line.strip() for line in collections.deque(handle, maxlen=max(args.searches))]
     log_dir = Path(tempfile.mkdtemp(prefix="bench-ondisk-"))
@@ -165,9 +193,11 @@ def main() -> None:
                 *(f"{s[f] / MB:.0f}" for f in FIELDS), f"{s['VmRSS'] / r['index_bytes']:.2f}",
             )  # fmt: skip
     Console(width=140).print(table)
+    result["run"] = run_info("bench/ondisk_rss.py", argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
+    publish(args, result, args.out, "ondisk-rss", render)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ Without --teacher-vectors the teacher (PyTorch, all-mpnet-base-v2) encodes the q
 recorded corpus hash must match. ``--distractors N`` adds the first N Wikipedia sentences to the
 corpus (the paper's corpus is ~400k Quora questions); their teacher vectors come from the same
 cache, which the HPD CPU preset fills for N = 200000.
+
+Each run rewrites its block of docs/results.md (``quora-sr``, or ``quora-sr-dN`` with distractors;
+--no-doc: not); ``--render-from JSON`` rewrites it from an earlier run's JSON, measuring nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -38,6 +42,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
+from results_doc import add_doc_args, fmt, markdown_table, publish, run_info
 from timing import interleaved_seconds
 
 from index.vectors import new_ivf
@@ -227,10 +232,10 @@ def one_thread_ratio(pair: list[SearchSpec], k: int, rounds: int) -> dict:
     }
 
 
-def add_model_args(parser: argparse.ArgumentParser, data_root: str) -> None:
+def add_model_args(parser: argparse.ArgumentParser, data_root: str, bundle_required: bool = True) -> None:
     """The Quora data, the student bundle and the teacher: shared with bench/ivf_width.py."""
     parser.add_argument("--quora-dir", default=f"{data_root}/quora")
-    parser.add_argument("--bundle", required=True, help="Student bundle (export output).")
+    parser.add_argument("--bundle", required=bundle_required, help="Student bundle (export output).")
     parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
     parser.add_argument("--teacher", default="all-mpnet-base-v2")
     parser.add_argument("--teacher-vectors", help=".npy of teacher vectors (+ .json with corpus_sha256).")
@@ -247,10 +252,52 @@ def add_ivf_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def main() -> None:
+def block_name(result: dict[str, Any]) -> str:
+    added = result["distractors"]["added"]
+    return f"quora-sr-d{result['distractors']['asked']}" if added else "quora-sr"
+
+
+def render(result: dict[str, Any]) -> str:
+    """One line per index (teacher and student side by side), then the nprobe-5 acceptance figures."""
+    models = list(dict.fromkeys(r["model"] for r in result["rows"]))
+    by_index: dict[tuple[str, int | None], dict[str, dict]] = {}
+    for r in result["rows"]:
+        by_index.setdefault((r["index"], r["nprobe"]), {})[r["model"]] = r
+    cells = (("mrr10", ".2f"), ("ms_per_1000", ",.1f"), ("mb", ",.1f"), ("vs_exact", ".1f"))
+    rows = [
+        [index, nprobe or "", *(fmt(at[m][k], f) if m in at else "-" for m in models for k, f in cells)]
+        for (index, nprobe), at in by_index.items()
+    ]
+    dims = {r["model"]: r["dim"] for r in result["rows"]}
+    header = ["index", "nprobe"]
+    for m in models:
+        header += [f"{m} {dims[m]}-d MRR@10", "ms / 1000 q", "MB", "top-10 vs exact %"]
+    added = result["distractors"]["added"]
+    corpus = f"{result['corpus']:,} documents" + (f" ({added:,} Wikipedia distractors)" if added else "")
+    setup = (
+        f"{corpus}, {result['queries']:,} queries; student `{result['bundle']}` {result['variant']}, "
+        f"{result['threads']} threads; {result['note']}."
+    )
+    a, threads = result["acceptance"], result["threads"]
+    ratio = a["search_time_ratio_teacher_ivf_over_student_ivf"]
+    time = f"**{ratio:.2f}x** its search time on {threads} threads"
+    if rounds := a.get("search_time_ratio_per_round"):
+        time += f" (rounds {min(rounds):.2f}-{max(rounds):.2f})"
+    if one := a.get("search_time_ratio_one_thread"):
+        time += f" and **{one:.2f}x** on one thread"
+    mrr, memory = a["student_ivf_mrr_vs_teacher_exact_pct"], a["memory_ratio_teacher_ivf_over_student_ivf"]
+    verdict_line = (
+        f"Student IVF at nprobe 5: MRR@10 **{mrr:.1f}%** of the teacher's exact search; the teacher's IVF "
+        f"at nprobe 5 takes **{memory:.1f}x** its memory and {time}."
+    )
+    return f"{setup}\n\n{markdown_table(header, rows, 'lr' + 'r' * (len(header) - 2))}\n\n{verdict_line}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_model_args(parser, data_root)
+    add_model_args(parser, data_root, bundle_required=False)
     parser.add_argument(
         "--distractors", type=int, default=0, help="add the first N sentences of --distractor-corpus"
     )
@@ -265,7 +312,14 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=7, help="timing rounds (median reported)")
     parser.add_argument("--out", default="bench/results/quora_sr.json")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        result = json.loads(args.render_from.read_text())
+        publish(args, result, args.render_from, block_name(result), render)
+        return
+    if not args.bundle:
+        parser.error("--bundle is required")
     faiss.omp_set_num_threads(args.threads)
 
     questions = load_quora_retrieval(args.quora_dir)
@@ -291,6 +345,7 @@ def main() -> None:
         "rows": rows,
         "acceptance": verdict(rows, times, 5, ivf) | one_thread_ratio(ivf5, args.k, args.repeats),
         "note": f"IVF{args.nlist} trained on {min(args.train_sample, len(data.corpus))} corpus vectors",
+        "run": run_info("bench/quora_sr.py", argv),
     }
     table = Table(title=f"Quora SR: {len(data.corpus)} documents, {len(data.queries)} queries")
     for col in ("model", "dim", "index", "nprobe", "MRR@10", "R@10", "ms/1000 q", "MB", "top-10 vs exact %"):
@@ -313,6 +368,7 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {args.out}")
+    publish(args, result, Path(args.out), block_name(result), render)
 
 
 if __name__ == "__main__":

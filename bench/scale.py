@@ -13,6 +13,9 @@ Three parts, all through the CLI a user runs, on 127.0.0.1 and a Ray cluster thi
     in-process searches of --queries held-out sentences (one at a time, and as one batch; QPS in
     interleaved rounds, top-10 compared), then over HTTP, plain ``serve`` of the whole index against
     ``serve --engine ray`` of the shards (one IndexShard deployment each): search p50 and top-10.
+
+Rewrites the block ``scale`` of docs/results.md (--no-doc: not); ``--render-from JSON`` rewrites it
+from an earlier run's JSON, measuring nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_serve as serve_bench  # noqa: E402
 import scale_build  # noqa: E402
 from http_harness import closed_loop, free_port, server  # noqa: E402
+from results_doc import add_doc_args, markdown_table, publish, run_info  # noqa: E402
 from serve import sts_sentences  # noqa: E402
 from timing import interleaved_seconds  # noqa: E402
 
@@ -202,7 +206,42 @@ def table(result: dict[str, Any]) -> Table:
     return t
 
 
-def main() -> None:
+def render(result: dict[str, Any]) -> str:
+    meta, b, sh = result["meta"], result["build"], result["shards"]
+    same = b["equality"]
+    kept = [name for name in ("ids", "vectors") if same.get(f"same_{name}")]
+    build = f"build {meta['docs']:,}"
+    rows = [
+        [build, "local", "docs/s", f"{b['local']['docs_per_s']:,.0f}", "1.000", ""],
+        [build, "ray", "docs/s", f"{b['ray']['docs_per_s']:,.0f}", f"**{b['ray_over_local']:.3f}**",
+         f"{', '.join(kept)}; top-10 {same['same_top10']:,}/{same['queries']:,}"],
+    ]  # fmt: skip
+    for name, s in result["serve"]["summary"].items():
+        vs = "1 / 1" if name == "plain" else f"**{s['c1_p50_vs_plain']:.2f}** / {s['c8_rps_vs_plain']:.2f}"
+        rows.append(
+            ["serve", name, "c1 p50 ms / c8 req/s", f"{s['c1_p50_ms']:.2f} / {s['c8_rps']:.0f}", vs, ""]
+        )
+    for what in ("one query a call", "one batch"):
+        whole, cut = sh["qps"][f"unsharded, {what}"], sh["qps"][f"2 shards, {what}"]
+        qps, same_top = f"{whole:,.0f} / {cut:,.0f}", f"top-10 {sh['same_top10']:,}/{sh['queries']:,}"
+        label = f"unsharded / 2 shards, {what}"
+        rows.append(["shards (in-process)", label, "QPS", qps, f"{cut / whole:.2f}", same_top])
+    http = sh["http"]
+    plain, ray = (http[k]["p50_ms"] for k in ("plain, whole index", "ray, 2 shard deployments"))
+    same_top = f"top-10 {http['same_top10']}/{http['queries']}"
+    label, p50 = "plain whole index / Ray, 2 shard deployments", f"{plain:.2f} / {ray:.2f}"
+    rows.append(["shards (HTTP)", label, "search c1 p50 ms", p50, f"{ray / plain:.2f}", same_top])
+    setup = (
+        f"{meta['cores']} cores; `vs baseline` is against local / plain `serve` / the unsharded index. Serve "
+        f"figures are medians over {meta['rounds']} rotating rounds of one sentence per request (each Ray "
+        "figure divided by the plain run of its own round)."
+    )
+    header = ("part", "setup", "figure", "value", "vs baseline", "same results")
+    return f"{setup}\n\n{markdown_table(header, rows, 'lllrrl')}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bundle", default=str(ROOT / "models" / "default"))
@@ -217,7 +256,11 @@ def main() -> None:
     parser.add_argument("--timing-rounds", type=int, default=5, help="shards: interleaved timing rounds")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "scale")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale.json")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        publish(args, json.loads(args.render_from.read_text()), args.render_from, "scale", render)
+        return
     os.environ.pop("RAY_ADDRESS", None)  # only ever a cluster this benchmark starts
     args.work.mkdir(parents=True, exist_ok=True)
     args.log_dir = Path(tempfile.mkdtemp(prefix="bench-scale-logs-"))
@@ -229,10 +272,12 @@ def main() -> None:
     result["build"] = build_part(args, args.work)
     result["serve"] = serve_part(args, sentences)
     result["shards"] = shard_part(args, args.work / "local", args.work)
+    result["run"] = run_info("bench/scale.py", argv)
     Console(width=150).print(table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out} (server logs in {args.log_dir})")
+    publish(args, result, args.out, "scale", render)
 
 
 if __name__ == "__main__":

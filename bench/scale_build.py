@@ -9,7 +9,9 @@ timed run includes Ray restarting it and retrying its split), reports both docs/
 and checks that the two indexes hold the same ntotal, ids and vectors and give the same top-10 for
 --queries queries. --kill-driver-at then runs an ``--on-disk`` Ray build, kill -9s its driver
 part-way, reruns the same command, and checks the rerun encoded only what was left and that its
-index equals the local one.
+index equals the local one. Rewrites the block ``scale-build`` of docs/results.md
+(``scale-build-faults`` when something was killed; --no-doc: not); ``--render-from JSON`` rewrites it
+from an earlier run's JSON, measuring nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from results_doc import add_doc_args, markdown_table, publish, run_info
 from rich.console import Console
 from rich.table import Table
+
+SPLIT = 8192
 
 
 def write_corpus(source: Path, n: int, dest: Path) -> Path:
@@ -151,7 +156,46 @@ def watched_build(
     return time.perf_counter() - start, events
 
 
-def main() -> None:
+def block_name(result: dict[str, Any]) -> str:
+    return "scale-build-faults" if result["ray"].get("killed") or "driver_killed" in result else "scale-build"
+
+
+def same(equality: dict[str, Any]) -> str:
+    kept = [name for name in ("ids", "vectors") if equality[f"same_{name}"]]
+    return f"same {', '.join(kept) or 'nothing'}; top-10 {equality['same_top10']:,}/{equality['queries']:,}"
+
+
+def render(result: dict[str, Any]) -> str:
+    splits = -(-result["docs"] // SPLIT)
+    rows = []
+    for engine in ("local", "ray"):
+        r = result[engine]
+        killed = r.get("killed", {}).get("actor_killed_at_shards")
+        label = f"{engine}, kill -9 of an encoder actor at split {killed} of {splits}" if killed else engine
+        ratio = f"{r['docs_per_s'] / result['local']['docs_per_s']:.3f}"
+        check = same(result["equality"]) if engine == "ray" else ""
+        cells = [f"{r['wall_seconds']:,.1f} s", f"{r['docs_per_s']:,.1f}", ratio, f"{r['ntotal']:,}"]
+        rows.append([label, *cells, check])
+    header = ("engine", "wall-clock", "docs/s", "vs local", "ntotal", "against local")
+    lines = [
+        f"The first {result['docs']:,} Wikipedia sentences, `{result['bundle']}`, {result['cpus']} CPUs.",
+        "",
+        markdown_table(header, rows, "lrrrrl"),
+    ]
+    driver = result.get("driver_killed")
+    if driver:
+        lines += [
+            "",
+            f"kill -9 of the driver of an `--on-disk` Ray build at split {driver['driver_killed_at_shards']} "
+            f"of {splits}, then the same command again: the rerun took {driver['rerun_seconds']:,.1f} s and "
+            f"encoded **{driver['rerun_docs_encoded']:,}** documents; against local: "
+            f"{same(driver['equality'])}.",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     data = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bundle", default="models/default")
@@ -169,13 +213,19 @@ def main() -> None:
         "--kill-driver-at", type=float, help="then an on-disk Ray build whose driver is killed here, rerun"
     )
     parser.add_argument("--out", default="bench/results/scale_build.json")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        result = json.loads(args.render_from.read_text())
+        publish(args, result, args.render_from, block_name(result), render)
+        return
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(Path(args.source), args.docs, work / f"wiki-{args.docs}.txt")
     result: dict[str, Any] = {"docs": args.docs, "bundle": args.bundle, "cpus": os.cpu_count()}
-    splits = -(-args.docs // 8192)
+    result["run"] = run_info("bench/scale_build.py", argv)
+    splits = -(-args.docs // SPLIT)
     wall, _ = run_build(build_cmd(args, corpus, work / "local", "local"), work / "local.log")
     result["local"] = {"wall_seconds": round(wall, 1)}
     cmd = build_cmd(args, corpus, work / "ray", "ray")
@@ -209,6 +259,7 @@ def main() -> None:
     Console().print(table)
     Console().print(json.dumps({k: result.get(k) for k in ("equality", "driver_killed")}, indent=1))
     save(result, Path(args.out))
+    publish(args, result, Path(args.out), block_name(result), render)
 
 
 def save(result: dict[str, Any], path: Path) -> None:

@@ -15,6 +15,9 @@ killed with SIGKILL, restarted on the same index, and every document it held is 
     python bench/serve.py --bundle models/default --requests 50 --duration 5        # smoke
     python bench/serve.py --bundle models/default --index runs/index --name default
     python bench/serve.py --bundle models/default --index runs/index --load --name default
+
+Each run rewrites its block of docs/results.md (``serve``, or ``serve-load`` with --load; --no-doc:
+not); ``--render-from JSON`` rewrites it from an earlier run's JSON, measuring nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wrk_client  # noqa: E402
 from http_harness import Phase, Request, closed_loop, free_port, rss_bytes, server  # noqa: E402
+from results_doc import add_doc_args, fmt, markdown_table, publish, run_info  # noqa: E402
 
 
 def sts_sentences(path: Path) -> list[str]:
@@ -277,7 +281,77 @@ def report(results: dict[str, Any]) -> None:
     Console().print(extras)
 
 
-def main() -> None:
+def block_name(results: dict[str, Any]) -> str:
+    return "serve-load" if results["meta"]["mode"] == "load" else "serve"
+
+
+def non_2xx(phase: dict[str, Any]) -> int:
+    bad = sum(n for code, n in phase["statuses"].items() if not str(code).startswith("2"))
+    return bad + phase["transport_errors"]
+
+
+def latency(phase: dict[str, Any]) -> tuple[str, str]:
+    return fmt(phase["p50_ms"], ".2f"), fmt(phase["p99_ms"], ".2f")
+
+
+def render(results: dict[str, Any]) -> str:
+    meta, peer = results["meta"], results.get("infinity", {})
+    if meta["mode"] == "load":
+        return render_load(results)
+    one = "embed_1_sentence_c"
+    phases = {k: f"1 sentence, concurrency {k.removeprefix(one)}" for k in results if k.startswith(one)}
+    phases["embed_16_sentences_c32"] = "16 sentences, concurrency 32"
+    phases["search_c8"] = "/search, concurrency 8"
+    rows = [
+        [name, fmt(p["rps"]), fmt(None if key == "search_c8" else p["items_per_s"]), *latency(p), non_2xx(p)]
+        for key, name in phases.items()
+        if (p := results.get(key))
+    ]
+    rows.append(["in-process encoder, same texts", "", fmt(results["in_process_sent_per_s"]), "", "", ""])
+    lines = [
+        f"`distilembed serve --bundle {meta['bundle']}` (max_batch {meta['max_batch']}, run_batch "
+        f"{meta['run_batch']}, index `{meta['index']}`), client {meta['client']}, "
+        f"{meta['duration_cap_s']:.0f} s per phase over {meta['sentences']:,} STS-B test sentences.",
+        "",
+        markdown_table(("phase", "req/s", "sentences/s", "p50 ms", "p99 ms", "non-2xx"), rows),
+    ]
+    if "rounds" in peer:
+        theirs = ", ".join(fmt(r["infinity"]["rps"]) for r in peer["rounds"])
+        ratios = ", ".join(f"{r['ratio']:.2f}" for r in peer["rounds"])
+        lines += [
+            "",
+            f"Against infinity-emb (`{peer['model']}`, {peer['engine']}), one sentence per request at "
+            f"concurrency 8, {len(peer['rounds'])} alternating rounds: infinity {theirs} req/s; "
+            f"distilembed / infinity {ratios}; **median {peer['median_ratio']:.2f}x**.",
+        ]
+    return "\n".join(lines)
+
+
+def render_load(results: dict[str, Any]) -> str:
+    load, meta, restart = results["load_c32"], results["meta"], results.get("restart_after_kill9")
+    kinds = ", ".join(f"{kind} {v['ok']:,}" for kind, v in load["by_kind"].items())
+    rows = [
+        ("requests / ok", f"{load['requests']:,} / {load['ok']:,} ({kinds})"),
+        ("5xx / transport errors", f"**{load['5xx']}** / {load['transport_errors']}"),
+        ("p50 / p95 / p99 ms", " / ".join(fmt(load[k], ".0f") for k in ("p50_ms", "p95_ms", "p99_ms"))),
+    ]
+    if "rss_growth_pct" in results:
+        mib = [results.get(k, 0) / 2**20 for k in ("rss_after_warmup_bytes", "rss_end_bytes")]
+        rows.append(("RSS after warm-up / at the end", f"{mib[0]:.1f} / {mib[1]:.1f} MiB"))
+        growth = f"**{results['rss_growth_pct']}%** ({results['rss_growth_mb']} MiB)"
+        rows.append(("RSS growth", f"{growth}; {results['rss_growth_from_ready_pct']}% from `/ready`"))
+    if restart:
+        found = f"**{restart['found_again']:,} / {restart['documents_before']:,}**"
+        rows.append(("documents held before `kill -9` / found again after restart", found))
+    setup = (
+        f"{load['seconds']:.0f} s at concurrency 32 ({meta['client']}) of embed, search and upsert on a copy "
+        f"of `{meta['index']}`, after a warm-up; then `kill -9`, a restart, and every document looked up."
+    )
+    return f"{setup}\n\n{markdown_table(('figure', 'value'), rows)}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=ROOT / "models" / "default")
     parser.add_argument("--variant", default="int8")
@@ -307,7 +381,12 @@ def main() -> None:
     data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
     parser.add_argument("--sts-file", type=Path, default=data / "sts" / "stsbenchmark" / "sts-test.csv")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
-    args = parser.parse_args()
+    add_doc_args(parser)
+    args = parser.parse_args(argv)
+    if args.render_from:
+        results = json.loads(args.render_from.read_text())
+        publish(args, results, args.render_from, block_name(results), render)
+        return
     args.duration = args.duration or (120.0 if args.load else 20.0)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     name = args.name or args.bundle.resolve().name
@@ -323,11 +402,13 @@ def main() -> None:
         }
     }  # fmt: skip
     (load if args.load else standard)(args, sentences, results)
+    results["run"] = run_info("bench/serve.py", argv)
     report(results)
     out = args.out_dir / f"serve-{name}{'-load' if args.load else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {out} (server logs in {args.log_dir})")
+    publish(args, results, out, block_name(results), render)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 2's CPU HPD run, one resumable chain on 2 cores:
+# The CPU HPD student (docs/results.md, "Training runs"), one resumable chain on 2 cores:
 #   1. mpnet targets for 200k Wikipedia sentences (50 min with the ONNX teacher);
 #   2. hpd-mpnet-cpu, one epoch from MiniLM-L6 with a random projection (77 min);
 #   3. 1.5 more epochs from step 2's best checkpoint, fresh optimiser at lr 1e-4 (--init-from, ~105 min);

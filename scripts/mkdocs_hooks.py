@@ -1,5 +1,6 @@
-"""MkDocs hooks (mkdocs.yml ``hooks``): before each build, write the CLI reference from the Typer app
-and the HTTP reference from the service's OpenAPI document, so neither is written by hand.
+"""MkDocs hooks (mkdocs.yml ``hooks``): before each build, write the CLI reference from the Typer app,
+the HTTP reference from the service's OpenAPI document and the service settings reference from its
+pydantic-settings class, so none is written by hand.
 
 The pages go to docs/reference/ (git-ignored), which ``mkdocs build --strict`` then checks like any
 other page.
@@ -8,6 +9,9 @@ other page.
 from __future__ import annotations
 
 import json
+import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ def on_pre_build(config: Any) -> None:  # noqa: ARG001 (the MkDocs hook signatur
     schema = openapi_schema()
     (REFERENCE / "openapi.json").write_text(json.dumps(schema, indent=2) + "\n", encoding="utf-8")
     (REFERENCE / "http.md").write_text(http_reference(schema), encoding="utf-8")
+    (REFERENCE / "settings.md").write_text(settings_reference(), encoding="utf-8")
 
 
 def _commands(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
@@ -35,6 +40,13 @@ def _commands(command: Any, path: list[str]) -> list[tuple[list[str], Any]]:
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def _prose_cell(text: str) -> str:
+    """A table cell from free text: ``<`` and ``>`` outside code spans would read as HTML tags."""
+    parts = re.split(r"(`[^`]*`)", text)
+    escaped = [p if p.startswith("`") else p.replace("<", "&lt;").replace(">", "&gt;") for p in parts]
+    return _cell("".join(escaped))
 
 
 def _option_row(param: Any, ctx: Any) -> str:
@@ -102,4 +114,99 @@ def http_reference(schema: dict[str, Any]) -> str:
             for status, response in operation.get("responses", {}).items():
                 lines.append(f"| {status} | {_cell(response.get('description', ''))} |")
             lines.append("")
+    return "\n".join(lines)
+
+
+# `distilembed serve` flags whose name is not the setting's own.
+SERVE_FLAG_FIELDS = {"index": "index_dir"}
+
+
+def _serve_flags(fields: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Setting name -> (its ``distilembed serve`` flag, the flag's help), from the Typer command."""
+    from distilembed.cli import _register, app
+
+    _register()
+    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+    flags = {}
+    for param in serve.params:
+        if param.name == "help":
+            continue
+        field = SERVE_FLAG_FIELDS.get(param.name, param.name)
+        if field not in fields:
+            raise ValueError(f"serve flag {param.opts[0]} sets no Settings field (see SERVE_FLAG_FIELDS)")
+        flags[field] = (" / ".join(param.opts + param.secondary_opts), param.help or "")
+    return flags
+
+
+def _type_name(annotation: Any) -> str:
+    """A setting's type in words: ``path``, ``integer``, one of the literal values, a list of ..."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(f"`{value}`" for value in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in args if arg is not type(None))
+    if origin is list:
+        return f"comma-separated {_type_name(args[0])}s"
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}
+    if annotation in names:
+        return names[annotation]
+    return "secret string" if getattr(annotation, "__name__", "") == "SecretStr" else str(annotation)
+
+
+def _bounds(metadata: list[Any]) -> str:
+    """annotated-types bounds (``Field(ge=..., gt=..., le=..., lt=...)``) as ``>= 1``, ``< 10``."""
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    return ", ".join(
+        f"{sign} {getattr(m, name)}" for m in metadata for name, sign in signs.items() if hasattr(m, name)
+    )
+
+
+def _default(field: Any) -> str:
+    value = field.get_default(call_default_factory=True)
+    if value is None or value == []:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value}`"
+
+
+def _env_names(name: str, field: Any, prefix: str) -> list[str]:
+    """The variables pydantic-settings reads: the prefixed name, or a validation alias's choices."""
+    alias = field.validation_alias
+    if alias is None:
+        return [f"{prefix}{name}".upper()]
+    choices = getattr(alias, "choices", [alias])
+    return list(dict.fromkeys(c.upper() for c in choices if isinstance(c, str)))
+
+
+def settings_reference() -> str:
+    from service.settings import Settings
+
+    fields = Settings.model_fields
+    prefix = Settings.model_config.get("env_prefix", "")
+    flags = _serve_flags(fields)
+    lines = [
+        "# Service settings",
+        "",
+        "Generated from `service.settings.Settings` at each docs build: every field of the class, in its "
+        "order. Each is an environment variable; the ones with a `distilembed serve` flag can also be "
+        "given on the command line. A flag beats the variable, which beats the default. An empty variable "
+        "means unset for a setting whose default is unset, and an empty list for a list. "
+        "[Serving](../serving.md) explains how to use them.",
+        "",
+        "| setting | variable | flag | type | default | what |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, field in fields.items():
+        env = ", ".join(f"`{v}`" for v in _env_names(name, field, prefix))
+        flag, flag_help = flags.get(name, ("", ""))
+        kind = _type_name(field.annotation)
+        if bounds := _bounds(field.metadata):
+            kind += f", {bounds}"
+        # Without a description of its own, a setting shows its flag's help (less the env note).
+        what = field.description or re.sub(r"\s*\(env [^)]*\)", "", flag_help)
+        flag_cell = f"`{flag}`" if flag else ""
+        cells = [f"`{name}`", env, flag_cell, _cell(kind), _default(field), _prose_cell(what)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
     return "\n".join(lines)

@@ -1,7 +1,9 @@
-"""Pure helpers of the bench scripts: Quora distractors and the methods table's comparisons."""
+"""Pure helpers of the bench scripts: Quora distractors, the methods table's comparisons, and the
+blocks of docs/results.md that the scripts rewrite."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -9,11 +11,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import encode
 import numpy as np
+from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
 from methods import add_comparisons, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, retrieval_scores, verdict
+from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
 from timing import interleaved_seconds
 
 
@@ -113,3 +118,114 @@ def test_width_line_and_pca_cuts() -> None:
     assert cuts[4].shape == (200, 4)
     np.testing.assert_allclose(np.linalg.norm(cuts[4], axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(cuts[16], vectors, rtol=1e-5)  # the full width is kept as it is
+
+
+DOC = """# Results
+
+intro
+
+<!-- results:speed:start -->
+old table
+<!-- results:speed:end -->
+
+<!-- results:other:start -->
+keep me
+<!-- results:other:end -->
+tail
+"""
+
+
+def test_rewrite_block_replaces_only_its_block(tmp_path: Path) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text(DOC)
+    rewrite_block(doc, "speed", "| a |\n| --- |\n| 1 |\n")
+    text = doc.read_text()
+    assert "old table" not in text
+    assert "<!-- results:speed:start -->\n| a |\n| --- |\n| 1 |\n<!-- results:speed:end -->" in text
+    assert text.replace("| a |\n| --- |\n| 1 |", "old table") == DOC  # nothing else moved
+    rewrite_block(doc, "speed", "| a |\n| --- |\n| 1 |")
+    assert doc.read_text() == text  # idempotent
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.md"]  # no temp file left
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no markers at all\n",
+        "<!-- results:speed:start -->\nonly the start\n",
+        "<!-- results:speed:end -->\n<!-- results:speed:start -->\n",  # out of order
+        DOC + "<!-- results:speed:start -->\n",  # twice
+    ],
+)
+def test_missing_or_broken_markers_are_refused_and_the_doc_kept(tmp_path: Path, text: str) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text(text)
+    with pytest.raises(BlockError, match="results:speed:start"):
+        rewrite_block(doc, "speed", "new")
+    assert doc.read_text() == text
+
+
+def test_block_names_are_checked() -> None:
+    with pytest.raises(BlockError, match="bad block name"):
+        replace_block(DOC, "Speed Table", "x")
+
+
+def test_markdown_table_and_caption() -> None:
+    table = markdown_table(("setup", "sent/s"), [("a", "1.0"), ("b", 2)])
+    assert table == "| setup | sent/s |\n| --- | ---: |\n| a | 1.0 |\n| b | 2 |"
+    assert markdown_table(("x", "y"), [], "ll").splitlines()[1] == "| --- | --- |"
+    run = {"command": "python bench/x.py --n 3", "machine": "AMD EPYC, 2 CPUs", "date": "2026-11-25"}
+    line = caption(run, Path(__file__).resolve().parents[1] / "bench" / "results" / "x.json")
+    assert line == (
+        "Measured by `python bench/x.py --n 3` on AMD EPYC, 2 CPUs, 2026-11-25; JSON `bench/results/x.json`."
+    )
+
+
+ENCODE_RESULT = {
+    "meta": {"sentences": 10, "repeats": 3, "latency_n": 5, "threads": 2},
+    "rows": [
+        {"setup": "teacher t (PyTorch)", "sent_per_s": 50.0, "ratio": 1.0, "p50_ms": 40.0, "p99_ms": 60.0},
+        {"setup": "student ONNX int8", "sent_per_s": 1000.0, "ratio": 20.0, "p50_ms": 1.5, "p99_ms": 2.25},
+    ],
+}
+
+
+def test_render_from_rewrites_the_block_without_measuring(tmp_path: Path) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text("# R\n\n<!-- results:encode:start -->\n<!-- results:encode:end -->\n")
+    saved = tmp_path / "encode.json"
+    saved.write_text(json.dumps(ENCODE_RESULT | {"run": {"command": "python bench/encode.py", "machine": "m",
+                                                          "date": "2026-11-23"}}))  # fmt: skip
+    encode.main(["--render-from", str(saved), "--doc", str(doc)])
+    text = doc.read_text()
+    assert f"Measured by `python bench/encode.py` on m, 2026-11-23; JSON `{saved}`." in text
+    assert "| student ONNX int8 | 1,000.0 | 20.00 | 1.50 | 2.25 |" in text
+    assert "| setup | sent/s (bs 32) | x teacher |" in text
+
+
+def test_render_from_a_json_without_a_run_record(tmp_path: Path) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text("<!-- results:encode:start -->\n<!-- results:encode:end -->\n")
+    saved = tmp_path / "encode.json"
+    saved.write_text(json.dumps(ENCODE_RESULT))
+    with pytest.raises(SystemExit, match="--run-command and --run-date"):
+        encode.main(["--render-from", str(saved), "--doc", str(doc)])
+    args = ["--run-command", "python bench/encode.py --x", "--run-date", "2026-11-22", "--run-machine", "m"]
+    encode.main(["--render-from", str(saved), "--doc", str(doc), *args])
+    assert "Measured by `python bench/encode.py --x` on m, 2026-11-22" in doc.read_text()
+    before = doc.read_text()
+    encode.main(["--render-from", str(saved), "--doc", str(tmp_path / "absent.md"), "--no-doc", *args])
+    assert doc.read_text() == before and not (tmp_path / "absent.md").exists()
+
+
+def test_render_into_a_doc_without_the_block_fails_in_one_line(tmp_path: Path) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text("# nothing here\n")
+    saved = tmp_path / "encode.json"
+    saved.write_text(json.dumps(ENCODE_RESULT))
+    with pytest.raises(SystemExit, match="no block 'encode'"):
+        encode.main(["--render-from", str(saved), "--doc", str(doc), "--run-command", "c", "--run-date", "d"])
+
+
+def test_dimensions_block_is_named_after_the_bundle() -> None:
+    assert dimensions_block({"bundle": "runs/bundles/congen-mrl-e8"}) == "dimensions-congen-mrl-e8"

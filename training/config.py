@@ -176,9 +176,9 @@ PRESETS: dict[str, TrainConfig] = {
     ),
     # The same recipe sized for the 2-core CPU: the issue's minimum of 200k Wikipedia sentences plus
     # the STS-B train sentences, one epoch of 64: 50 min of teacher targets and 77 min of training
-    # here, STS-B test 81.07 (docs/results.md, "Issue 2, session 6"); 1.5 more epochs with
-    # --init-from reach 82.20 ("Issue 2, session 7"), and one epoch on the next 200k sentences
-    # (--skip-sentences 200000) 82.29 ("Issue 2, session 8"); scripts/cpu_hpd_job.sh runs all three.
+    # here, STS-B test 81.07; 1.5 more epochs with --init-from reach 82.20, and epochs on the next
+    # 200k-sentence slices (--skip-sentences) with greedy soups 82.73 (docs/results.md, "Training
+    # runs"); scripts/cpu_hpd_job.sh runs the chain.
     # The projection starts at random as in the paper: the ridge warm start scored worse on STS-B
     # test in a short mpnet run (docs/decisions.md, decision 11).
     "hpd-mpnet-cpu": TrainConfig(
