@@ -213,10 +213,34 @@ def collect(method: str, status: dict[str, Any]) -> dict[str, Any]:
         "device": manifest["training"].get("device"),
         "teacher_reference": manifest["teacher"].get("reference", {}),
     }
+    row |= stage1_dev(Path(status["checkpoint"]))
     if status.get("bundle"):
         parity = json.loads((Path(status["bundle"]) / "manifest.json").read_text()).get("parity", {})
         row |= {"bundle_stsb_test_int8": parity.get("stsb_test_int8"), "bundle_parity": parity}
     return row
+
+
+def stage1_dev(checkpoint: Path) -> dict[str, Any]:
+    """Stage 1's STS-B dev at step 0 and at its best evaluation: whether the method made progress
+    from its start at this budget (the trainer keeps step 0 when nothing beats it)."""
+    curve_path = checkpoint / "training_curve.json"
+    if not curve_path.exists():
+        return {}
+    points = [
+        (p["step"], p["dev_spearman"])
+        for p in json.loads(curve_path.read_text())
+        if p.get("stage", "train") == "train" and "dev_spearman" in p
+    ]
+    if not points or points[0][0] != 0:
+        return {}
+    best_step, best = max(points, key=lambda point: (point[1], -point[0]))
+    return {
+        "stage1_dev_step0": round(points[0][1], 2),
+        "stage1_dev_best": round(best, 2),
+        "stage1_best_step": best_step,
+        "stage1_dev": f"{points[0][1]:.2f} -> {best:.2f} (step {best_step})",
+        "stage1_improved": best_step > 0,
+    }
 
 
 def _export_reference(path: Path, args: argparse.Namespace, console: Console) -> bool:
@@ -281,6 +305,7 @@ COLUMNS = (
     ("int8 sent/s", "int8_sent_per_s", "{:,.0f}"),
     ("x MiniLM int8", "speedup_vs_minilm", "{:.2f}"),
     ("train wall-clock (s)", "train_seconds", "{:.0f}"),
+    ("stage-1 STS-B dev: step 0 -> best", "stage1_dev", "{}"),
     ("best STS-B dev", "best_dev", "{:.2f}"),
 )
 

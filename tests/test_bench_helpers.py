@@ -229,3 +229,22 @@ def test_render_into_a_doc_without_the_block_fails_in_one_line(tmp_path: Path) -
 
 def test_dimensions_block_is_named_after_the_bundle() -> None:
     assert dimensions_block({"bundle": "runs/bundles/congen-mrl-e8"}) == "dimensions-congen-mrl-e8"
+
+
+def test_stage1_dev_reads_step_zero_and_the_best_stage1_evaluation(tmp_path: Path) -> None:
+    from methods import stage1_dev
+
+    curve = [
+        {"step": 0, "dev_spearman": 85.41, "stage": "train"},
+        {"step": 20, "loss": 0.3, "stage": "train"},
+        {"step": 100, "dev_spearman": 85.21, "stage": "train"},
+        {"step": 200, "dev_spearman": 85.62, "stage": "train"},
+        {"step": 0, "dev_spearman": 86.9, "stage": "finetune"},
+    ]
+    (tmp_path / "training_curve.json").write_text(json.dumps(curve))
+    got = stage1_dev(tmp_path)
+    assert got["stage1_dev"] == "85.41 -> 85.62 (step 200)" and got["stage1_improved"] is True
+    curve[3]["dev_spearman"] = 85.0
+    (tmp_path / "training_curve.json").write_text(json.dumps(curve))
+    assert stage1_dev(tmp_path)["stage1_improved"] is False
+    assert stage1_dev(tmp_path / "missing") == {}
