@@ -78,7 +78,8 @@ class Row:
 def trained_ivf(vectors: np.ndarray, storage: str, args: argparse.Namespace) -> faiss.Index:
     """An IVF as ``index build`` makes it (index/vectors.py), trained on a sample, filled with ids 0..n-1."""
     dim = vectors.shape[1]
-    index = new_ivf(dim, args.nlist, storage, (default_pq_m(dim), 8))
+    nlist = args.binary_nlist or args.nlist if storage == "binary" else args.nlist
+    index = new_ivf(dim, nlist, storage, (default_pq_m(dim), 8))
     sample = vectors[np.sort(np.random.default_rng(args.seed).permutation(len(vectors))[: args.train_sample])]
     index.train(signs(sample) if storage == "binary" else sample)
     index.add_with_ids(signs(vectors) if storage == "binary" else vectors, np.arange(len(vectors)))
@@ -95,7 +96,7 @@ def student_rows(
     write_rows(rescore_path, np.arange(n), vectors, dim)
     rescorer = Rescorer(rescore_path, dim, args.rescore_k)
     k = args.k + 1
-    for storage in ("float32", "sq8", "pq", "binary"):
+    for storage in args.storages.split(","):
         index = trained_ivf(vectors, storage, args)
         code = float(index.code_size + 8)
         nprobe = args.binary_nprobe if storage == "binary" else args.nprobe
@@ -228,9 +229,11 @@ def render(result: dict[str, Any]) -> str:
         table.append(line)
     bundles = (b.split("=", 1) for b in args["bundles"].split(","))
     models = ", ".join(f"{name} = `{repo_path(path)}`" for name, path in bundles)
+    binary_nlist = args.get("binary_nlist") or args["nlist"]
     setup = (
         f"Students: {models} ({args['variant']}). Quora retrieval as in bench/quora_sr.py; IVF nlist "
-        f"{args['nlist']}, nprobe {args['nprobe']} (binary lists {args['binary_nprobe']}), rescore_k "
+        f"{args['nlist']}, nprobe {args['nprobe']} (binary lists: nlist {binary_nlist}, "
+        f"nprobe {args['binary_nprobe']}), rescore_k "
         f"{args['rescore_k']}, {result['threads']} threads. B/doc in RAM: the lists' code plus the 8-byte "
         "id; rescored storages also keep 4 x width bytes per document on disk. STS-B test: the cosine of "
         "what the storage keeps. Time: median of interleaved rounds; the reference is the teacher's IVF."
@@ -273,6 +276,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nlist", type=int, default=1024)
     parser.add_argument("--nprobe", type=int, default=5, help="float32, sq8 and pq lists")
     parser.add_argument("--binary-nprobe", type=int, default=32, help="binary lists (index build's default)")
+    parser.add_argument("--binary-nlist", type=int, help="binary lists' nlist (default: --nlist)")
+    parser.add_argument("--storages", default="float32,sq8,pq,binary", help="students' storages")
     parser.add_argument("--train-sample", type=int, default=65_536)
     parser.add_argument("--rescore-k", type=int, default=DEFAULT_RESCORE_K)
     parser.add_argument("--k", type=int, default=10)

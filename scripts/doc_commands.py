@@ -44,6 +44,7 @@ NOT_GUIDES = ("results.md", "decisions.md")
 STATUSES = ("passed", "failed", "skipped", "not-runnable", "invalid")
 READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 30.0
+SLOW_FACTOR = 12  # a slow block may train for an hour at the default 300 s
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`{]*)")
 MARKER = re.compile(r"^\s*<!--\s*(?P<kind>runnable|not-runnable)\s*(?::(?P<arg>.*?))?\s*-->\s*$")
 LOOSE_MARKER = re.compile(r"^\s*<!--\s*(not[- ]?)?runn?able", re.IGNORECASE)
@@ -239,6 +240,10 @@ class Runner:
         data = {"DISTILEMBED_DATA_DIR": str(self.data)} if self.data and "data" in block.tags else {}
         return self.env | data
 
+    def limit(self, block: Block) -> float:
+        """Seconds a block may run: ``slow`` blocks (training runs) get SLOW_FACTOR times more."""
+        return self.timeout * (SLOW_FACTOR if "slow" in block.tags else 1)
+
     def run(self, block: Block, code: str) -> tuple[int | None, str, float]:
         """(exit status or None on timeout, output, seconds) of one block."""
         if block.lang == "python":
@@ -253,7 +258,7 @@ class Runner:
                 stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
             try:
-                status: int | None = proc.wait(timeout=self.timeout)
+                status: int | None = proc.wait(timeout=self.limit(block))
             except subprocess.TimeoutExpired:
                 status = None
             finally:
@@ -311,7 +316,7 @@ def run_block(runner: Runner, block: Block, port: int | None) -> Result:
     if status == 0:
         print(f"passed  {where} ({seconds:.1f} s)", flush=True)
         return Result(block.file, block.line, "passed", round(seconds, 2))
-    why = f"timed out after {runner.timeout:g} s" if status is None else f"exit status {status}"
+    why = f"timed out after {runner.limit(block):g} s" if status is None else f"exit status {status}"
     tail = "\n  ".join(output.rstrip().splitlines()[-40:])
     print(f"FAILED {where} ({block.lang}, {why})\n  " + block.code.rstrip().replace("\n", "\n  "))
     print(f"  --- last 40 lines of output ---\n  {tail}", flush=True)
@@ -392,7 +397,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--list", action="store_true", help="print the blocks and their markers, run nothing")
     mode.add_argument("--check", action="store_true", help="only check the markers (exit 1 on a bad one)")
     parser.add_argument("--slow", action="store_true", help="also run the blocks tagged slow")
-    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per block (default 300)")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per block (slow: 12x)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write per-block results here")
     return parser.parse_args(argv)
 
