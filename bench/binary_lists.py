@@ -1,0 +1,103 @@
+"""Binary lists with rescoring at several (nlist, nprobe), against the teacher's IVF, in one timed run.
+
+python bench/binary_lists.py --configs 1024/32,512/16,256/8,256/16 --out bench/results/binary_lists.json
+
+The compression benchmark's protocol (bench/compression.py): Quora questions alone and with
+--distractors Wikipedia sentences, `models/default` at 128-d, rescore_k 50, the teacher's IVF at
+nlist 1024 and nprobe 5 as the time reference. It asks whether fewer, larger binary lists (a cheaper
+exhaustive Hamming scan of the centroids) keep the MRR while searching faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import compression  # noqa: E402
+from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
+from quora_sr import teacher_vectors  # noqa: E402
+from results_doc import run_info  # noqa: E402
+
+from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
+from training.data.text import read_sentences  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    data = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", default="models/default")
+    parser.add_argument(
+        "--configs", default="1024/32,512/16,512/12,256/8,256/12,256/16,128/8", help="nlist/nprobe,..."
+    )
+    parser.add_argument("--quora-dir", default=f"{data}/quora")
+    parser.add_argument("--distractors", type=int, default=100_000)
+    parser.add_argument("--distractor-corpus", default=f"{data}/unlabeled/enwiki2015_1m_sentences.txt.gz")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", default="bench/results/binary_lists.json")
+    args = parser.parse_args(argv)
+    shared = argparse.Namespace(
+        teacher="all-mpnet-base-v2", teacher_vectors=None, teacher_batch_size=16, nlist=1024, nprobe=5,
+        train_sample=65_536, seed=0, rescore_k=DEFAULT_RESCORE_K, k=10, repeats=5, binary_nlist=None,
+    )  # fmt: skip
+    configs = [tuple(int(x) for x in c.split("/")) for c in args.configs.split(",")]
+    faiss.omp_set_num_threads(args.threads)
+    from export.runtime import Encoder
+
+    questions = load_quora_retrieval(args.quora_dir)
+    extra = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
+    full, kept = add_distractors(questions, extra)
+    own, relevant = np.asarray(full.queries), np.asarray(full.relevant)
+    teacher = teacher_vectors(shared, questions.corpus, extra, kept)
+    student = Encoder(args.bundle, "int8", threads=args.threads).encode(full.corpus)
+    rows_out = []
+    with tempfile.TemporaryDirectory(prefix="bench-binary-lists-") as tmp:
+        for n in sorted({len(questions.corpus), len(full.corpus)}):
+            cut = compression.unit(teacher[:n])
+            rows = compression.teacher_rows(cut, cut[own], shared)
+            vectors = compression.unit(student[:n])
+            path = Path(tmp) / f"rescore-{n}.f32"
+            write_rows(path, np.arange(n), vectors, vectors.shape[1])
+            rescorer = Rescorer(path, vectors.shape[1], shared.rescore_k)
+            for nlist, nprobe in configs:
+                index = compression.trained_ivf(
+                    vectors, "binary", argparse.Namespace(**{**vars(shared), "binary_nlist": nlist})
+                )
+                search = partial(
+                    compression.rescored_search, rescorer, index, vectors[own], shared.k + 1, nprobe
+                )
+                rows.append(
+                    compression.Row("student", 128, f"binary {nlist}/{nprobe} + rescore", n, search, 24.0)
+                )
+            compression.measure(rows, own, relevant, shared)
+            exact, ivf = rows[0].result["mrr10"], rows[1].result["ms_per_1000"]
+            for row in rows:
+                ms = row.result["ms_per_1000"]
+                line = {
+                    "index": f"{row.model} {row.storage}",
+                    "docs": n,
+                    "mrr10": round(row.result["mrr10"], 2),
+                    "pct_of_teacher_exact": round(100 * row.result["mrr10"] / exact, 2),
+                    "ms_per_1000": None if ms is None else round(ms, 2),
+                    "teacher_ivf_time_over_this": None if ms is None else round(ivf / ms, 2),
+                }
+                rows_out.append(line)
+                print(json.dumps(line), flush=True)
+    report = {"rows": rows_out, "run": run_info("bench/binary_lists.py", argv)}
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
