@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode import stsb_sentences  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, run_info  # noqa: E402
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 from timing import interleaved_seconds  # noqa: E402
 
 from export.runtime import Encoder, cosines  # noqa: E402
@@ -76,9 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/ab_speed.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        result = json.loads(args.render_from.read_text())
-        publish(args, result, args.render_from, block_name(result), render)
+    if publish_saved(args, block_name, render):
         return
     if not (args.a and args.b):
         parser.error("--a and --b are required")

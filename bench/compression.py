@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
 from quora_sr import drop_self, retrieval_scores, teacher_vectors  # noqa: E402
-from results_doc import add_doc_args, fmt, markdown_table, publish, repo_path, run_info  # noqa: E402
+from results_doc import add_doc_args, fmt, markdown_table, publish, publish_saved, repo_path, run_info  # noqa: E402
 from timing import interleaved_seconds  # noqa: E402
 
 from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
@@ -288,8 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--png", default="bench/results/compression.png")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        publish(args, json.loads(args.render_from.read_text()), args.render_from, "compression", render)
+    if publish_saved(args, "compression", render):
         return
     faiss.omp_set_num_threads(args.threads)
     from export.runtime import Encoder

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from results_doc import add_doc_args, markdown_table, publish, run_info  # noqa: E402
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 
 from export.runtime import Encoder  # noqa: E402
 from training.data.sts import read_stsb  # noqa: E402
@@ -60,9 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/dimensions.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        result = json.loads(args.render_from.read_text())
-        publish(args, result, args.render_from, block_name(result), render)
+    if publish_saved(args, block_name, render):
         return
 
     pairs = read_stsb(Path(args.sts_file))

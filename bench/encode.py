@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from results_doc import add_doc_args, markdown_table, publish, run_info
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info
 from rich.console import Console
 from rich.table import Table
 
@@ -141,8 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/encode.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        publish(args, json.loads(args.render_from.read_text()), args.render_from, "encode", render)
+    if publish_saved(args, "encode", render):
         return
     if not args.minilm_bundle:
         parser.error("--minilm-bundle is required")

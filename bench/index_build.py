@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from results_doc import add_doc_args, markdown_table, publish, run_info
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info
 from rich.console import Console
 from rich.table import Table
 
@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/index_build.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        publish(args, json.loads(args.render_from.read_text()), args.render_from, "index-build", render)
+    if publish_saved(args, "index-build", render):
         return
     if not args.bundle:
         parser.error("--bundle is required")

@@ -37,7 +37,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from http_harness import free_port, server  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, run_info  # noqa: E402
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile")
 MB = 1024 * 1024
@@ -155,8 +155,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ondisk_rss.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        publish(args, json.loads(args.render_from.read_text()), args.render_from, "ondisk-rss", render)
+    if publish_saved(args, "ondisk-rss", render):
         return
     if not (args.in_ram and args.on_disk):
         parser.error("--in-ram and --on-disk are required")

@@ -42,7 +42,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
-from results_doc import add_doc_args, fmt, markdown_table, publish, run_info
+from results_doc import add_doc_args, fmt, markdown_table, publish, publish_saved, run_info
 from timing import interleaved_seconds
 
 from index.vectors import new_ivf
@@ -314,9 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/quora_sr.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        result = json.loads(args.render_from.read_text())
-        publish(args, result, args.render_from, block_name(result), render)
+    if publish_saved(args, block_name, render):
         return
     if not args.bundle:
         parser.error("--bundle is required")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import re
@@ -161,6 +162,20 @@ def publish(
         again = f"add the block, then rerun with --render-from {repo_path(source)}"
         raise SystemExit(f"error: {args.doc}: {error} (the results are saved: {again})") from error
     print(f"rewrote block {name!r} of {args.doc}")
+
+
+def publish_saved(
+    args: argparse.Namespace,
+    name: str | Callable[[dict[str, Any]], str],
+    render: Callable[[dict[str, Any]], str],
+) -> bool:
+    """``--render-from JSON``: rewrite the block from a saved run, measuring nothing. True if it did
+    (the script then stops); ``name`` is the block's name, or a function of the results giving it."""
+    if not args.render_from:
+        return False
+    result = json.loads(args.render_from.read_text())
+    publish(args, result, args.render_from, name(result) if callable(name) else name, render)
+    return True
 
 
 def fmt(value: float | None, spec: str = ",.1f") -> str:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_serve as serve_bench  # noqa: E402
 import scale_build  # noqa: E402
 from http_harness import closed_loop, free_port, server  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, run_info  # noqa: E402
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 from serve import sts_sentences  # noqa: E402
 from timing import interleaved_seconds  # noqa: E402
 
@@ -258,8 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        publish(args, json.loads(args.render_from.read_text()), args.render_from, "scale", render)
+    if publish_saved(args, "scale", render):
         return
     os.environ.pop("RAY_ADDRESS", None)  # only ever a cluster this benchmark starts
     args.work.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from results_doc import add_doc_args, markdown_table, publish, run_info
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info
 from rich.console import Console
 from rich.table import Table
 
@@ -215,9 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/scale_build.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        result = json.loads(args.render_from.read_text())
-        publish(args, result, args.render_from, block_name(result), render)
+    if publish_saved(args, block_name, render):
         return
 
     work = Path(args.work)

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wrk_client  # noqa: E402
 from http_harness import Phase, Request, closed_loop, free_port, rss_bytes, server  # noqa: E402
-from results_doc import add_doc_args, fmt, markdown_table, publish, run_info  # noqa: E402
+from results_doc import add_doc_args, fmt, markdown_table, publish, publish_saved, run_info  # noqa: E402
 
 
 def sts_sentences(path: Path) -> list[str]:
@@ -383,9 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        results = json.loads(args.render_from.read_text())
-        publish(args, results, args.render_from, block_name(results), render)
+    if publish_saved(args, block_name, render):
         return
     args.duration = args.duration or (120.0 if args.load else 20.0)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from results_doc import add_doc_args, markdown_table, publish, run_info  # noqa: E402
+from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 
 
 def pca_basis(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,9 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/teacher_pca.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
-    if args.render_from:
-        result = json.loads(args.render_from.read_text())
-        publish(args, result, args.render_from, "teacher-pca", render)
+    if publish_saved(args, "teacher-pca", render):
         return
 
     from training.data.sts import distinct_sentences, load_stsb_split, read_stsb
