@@ -2,10 +2,11 @@
 
 python bench/teacher_pca.py --out bench/results/teacher_pca.json
 
-The PCA is fitted on the teacher's vectors of the STS-B train sentences, as `distilembed train`
-fits it (``--pca-fit sts/stsbenchmark/sts-train.csv``); the teacher's vectors come from the training
-target cache. A Matryoshka student's ratios (64-d or 32-d over 128-d) compare with the teacher's
-PCA ratios here. Rewrites the block ``teacher-pca`` of docs/results.md (``--no-doc``: not).
+The PCA is training.losses.hpd.PCATargets fitted on the teacher's vectors of the STS-B train
+sentences, as `distilembed train` fits it (``--pca-fit sts/stsbenchmark/sts-train.csv``); the
+teacher's vectors come from the training target cache. A Matryoshka student's ratios (64-d or 32-d
+over 128-d) compare with the teacher's PCA ratios here. Rewrites the block ``teacher-pca`` of
+docs/results.md (``--no-doc``: not).
 """
 
 from __future__ import annotations
@@ -24,13 +25,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
-
-
-def pca_basis(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, components by explained variance, one per row)."""
-    mean = vectors.mean(axis=0)
-    _, _, components = np.linalg.svd(vectors - mean, full_matrices=False)
-    return mean, components
 
 
 def render(result: dict[str, Any]) -> str:
@@ -60,16 +54,18 @@ def main(argv: list[str] | None = None) -> None:
 
     from training.data.sts import distinct_sentences, load_stsb_split, read_stsb
     from training.evaluation import evaluate_pairs
+    from training.losses.hpd import PCATargets
     from training.teacher_targets import Teacher
 
     teacher = Teacher(args.teacher, device="cpu", batch_size=16)
+    widths = [int(x) for x in args.widths.split(",")]
     fit = distinct_sentences(read_stsb(Path(args.sts_dir) / "stsbenchmark" / "sts-train.csv"))
-    mean, components = pca_basis(np.asarray(teacher.targets(fit)[0], dtype=np.float32))
+    pca = PCATargets.fit(teacher.targets(fit)[0], max(widths))  # the PCA `distilembed train` fits
     pairs = load_stsb_split(args.sts_dir, "test")
     sentences = distinct_sentences(pairs)
     full = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
-    scores = {full.shape[1]: full}
-    scores |= {w: (full - mean) @ components[:w].T for w in (int(x) for x in args.widths.split(","))}
+    reduced = pca.transform(full)  # components by explained variance: a width is a prefix
+    scores = {full.shape[1]: full} | {w: reduced[:, :w] for w in widths}
     spearman = {}
     for width, vectors in scores.items():
         lookup = dict(zip(sentences, vectors, strict=True))
