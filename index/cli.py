@@ -116,8 +116,7 @@ def _encoder_for(
     """The index, opened for writing or only to search, and the encoder of its bundle."""
     from distilembed.artifacts import read_manifest
     from export.runtime import Encoder, bundle_identity
-    from index.live import open_for_bundle
-    from index.shards import is_sharded, open_sharded
+    from index.shards import is_sharded, open_index
 
     sharded = is_sharded(index_dir)
     if sharded and writable:
@@ -127,10 +126,7 @@ def _encoder_for(
     bundle_dir = bundle or Path(meta.get("path", ""))
     encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
     bundle_sha = bundle_identity(bundle_dir)
-    if sharded:
-        return open_sharded(index_dir, encoder.dim, bundle_sha, rescore_k=rescore_k), encoder
-    live = open_for_bundle(index_dir, encoder.dim, bundle_sha, writable=writable, rescore_k=rescore_k)
-    return live, encoder
+    return open_index(index_dir, encoder.dim, bundle_sha, writable=writable, rescore_k=rescore_k), encoder
 
 
 @app.command("search")

@@ -154,7 +154,7 @@ class ShardedIndex:
     def checkpoint(self) -> None:
         return
 
-    def close(self) -> None:
+    def close(self, checkpoint: bool = True) -> None:  # noqa: ARG002 (read-only: nothing to checkpoint)
         self._pool.shutdown()
         self._close()
 
@@ -188,3 +188,19 @@ def open_sharded(
     return ShardedIndex(
         shards, manifest | {"first_shard": first}, lambda: [s.close(checkpoint=False) for s in shards]
     )
+
+
+def open_index(
+    directory: str | Path,
+    dim: int,
+    bundle_sha256: str | None = None,
+    nprobe: int | None = None,
+    *,
+    writable: bool = True,
+    rescore_k: int | None = None,
+) -> LiveIndex | ShardedIndex:
+    """The index at ``directory`` for a bundle's encoder, whole or sharded (``index shard``). A
+    sharded index is read-only whatever ``writable`` says: its writes raise BusyError."""
+    if is_sharded(Path(directory)):
+        return open_sharded(Path(directory), dim, bundle_sha256, nprobe, rescore_k=rescore_k)
+    return open_for_bundle(directory, dim, bundle_sha256, nprobe, writable, rescore_k=rescore_k)

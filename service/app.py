@@ -69,17 +69,9 @@ def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLik
             create_empty(BuildConfig(bundle=str(settings.bundle), out=str(settings.index_dir)))
         except OSError as exc:
             raise UserError(f"cannot create the index at {settings.index_dir}: {exc.strerror}") from exc
-    from index.shards import is_sharded, open_sharded
+    from index.shards import open_index
 
-    if is_sharded(Path(settings.index_dir)):
-        return open_sharded(
-            Path(settings.index_dir), dim, bundle_sha, nprobe=settings.nprobe, rescore_k=settings.rescore_k
-        )
-    from index.live import open_for_bundle
-
-    return open_for_bundle(
-        settings.index_dir, dim, bundle_sha, nprobe=settings.nprobe, rescore_k=settings.rescore_k
-    )
+    return open_index(settings.index_dir, dim, bundle_sha, settings.nprobe, rescore_k=settings.rescore_k)
 
 
 def warmup_texts(encoder: EncoderLike, rows: int) -> list[list[str]]:

@@ -261,16 +261,10 @@ def check_locally(settings: Settings) -> None:
         if not settings.create_index:
             load_index(settings, encoder.dim, None)  # raises the local service's message
         return
-    from index.live import open_for_bundle
-    from index.shards import is_sharded, open_sharded
+    from index.shards import open_index
 
     sha = bundle_sha256(settings.bundle)
-    if is_sharded(settings.index_dir):
-        open_sharded(settings.index_dir, encoder.dim, sha, settings.nprobe).close()
-        return
-    open_for_bundle(settings.index_dir, encoder.dim, sha, settings.nprobe, writable=False).close(
-        checkpoint=False
-    )
+    open_index(settings.index_dir, encoder.dim, sha, settings.nprobe, writable=False).close(checkpoint=False)
 
 
 def local_cluster_env(settings: Settings) -> dict[str, str]:
