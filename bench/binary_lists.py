@@ -26,12 +26,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import compression  # noqa: E402
-from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
-from quora_sr import teacher_vectors  # noqa: E402
 from results_doc import run_info  # noqa: E402
 
-from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
-from training.data.text import read_sentences  # noqa: E402
+from index.rescore import Rescorer, write_rows  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,24 +45,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="bench/results/binary_lists.json")
     args = parser.parse_args(argv)
-    shared = argparse.Namespace(
-        teacher="all-mpnet-base-v2", teacher_vectors=None, teacher_batch_size=16, nlist=1024, nprobe=5,
-        train_sample=65_536, seed=0, rescore_k=DEFAULT_RESCORE_K, k=10, repeats=5, binary_nlist=None,
-    )  # fmt: skip
+    # compression.py's protocol and defaults: teacher, nlist 1024, nprobe 5, rescore_k, repeats
+    shared = compression.make_parser(data).parse_args(
+        [
+            *("--quora-dir", args.quora_dir, "--distractors", str(args.distractors)),
+            *("--distractor-corpus", args.distractor_corpus, "--threads", str(args.threads)),
+        ]
+    )
     configs = [tuple(int(x) for x in c.split("/")) for c in args.configs.split(",")]
     faiss.omp_set_num_threads(args.threads)
     from export.runtime import Encoder
 
-    questions = load_quora_retrieval(args.quora_dir)
-    extra = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
-    full, kept = add_distractors(questions, extra)
-    own, relevant = np.asarray(full.queries), np.asarray(full.relevant)
-    teacher = teacher_vectors(shared, questions.corpus, extra, kept)
-    student = Encoder(args.bundle, "int8", threads=args.threads).encode(full.corpus)
+    retrieval = compression.load_retrieval(shared)
+    own = retrieval.own
+    student = Encoder(args.bundle, "int8", threads=args.threads).encode(retrieval.corpus)
     rows_out = []
     with tempfile.TemporaryDirectory(prefix="bench-binary-lists-") as tmp:
-        for n in sorted({len(questions.corpus), len(full.corpus)}):
-            cut = compression.unit(teacher[:n])
+        for n in retrieval.sizes:
+            cut = compression.unit(retrieval.teacher[:n])
             rows = compression.teacher_rows(cut, cut[own], shared)
             vectors = compression.unit(student[:n])
             path = Path(tmp) / f"rescore-{n}.f32"
@@ -81,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(
                     compression.Row("student", 128, f"binary {nlist}/{nprobe} + rescore", n, search, 24.0)
                 )
-            compression.measure(rows, own, relevant, shared)
+            compression.measure(rows, own, retrieval.relevant, shared)
             exact, ivf = rows[0].result["mrr10"], rows[1].result["ms_per_1000"]
             for row in rows:
                 ms = row.result["ms_per_1000"]

@@ -78,7 +78,7 @@ class Row:
 def trained_ivf(vectors: np.ndarray, storage: str, args: argparse.Namespace) -> faiss.Index:
     """An IVF as ``index build`` makes it (index/vectors.py), trained on a sample, filled with ids 0..n-1."""
     dim = vectors.shape[1]
-    nlist = args.binary_nlist or args.nlist if storage == "binary" else args.nlist
+    nlist = (args.binary_nlist or args.nlist) if storage == "binary" else args.nlist
     index = new_ivf(dim, nlist, storage, (default_pq_m(dim), 8))
     sample = vectors[np.sort(np.random.default_rng(args.seed).permutation(len(vectors))[: args.train_sample])]
     index.train(signs(sample) if storage == "binary" else sample)
@@ -259,9 +259,31 @@ def render_acceptance(result: dict[str, Any]) -> str:
     return markdown_table((*header, "teacher IVF time / this"), lines, "lrrrr")
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    data = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
+@dataclass
+class Retrieval:
+    """The Quora questions, then the distractors after them; what every row is measured on."""
+
+    sizes: list[int]  # corpus sizes measured: the questions alone, and with the distractors
+    corpus: list[str]
+    own: np.ndarray  # each query's own document, dropped from its hits
+    relevant: np.ndarray
+    teacher: np.ndarray  # the teacher's unit vectors of ``corpus``
+
+
+def load_retrieval(args: argparse.Namespace) -> Retrieval:
+    questions = load_quora_retrieval(args.quora_dir)
+    extra = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
+    full, kept = add_distractors(questions, extra)
+    return Retrieval(
+        sorted({len(questions.corpus), len(full.corpus)}),
+        full.corpus,
+        np.asarray(full.queries),
+        np.asarray(full.relevant),
+        teacher_vectors(args, questions.corpus, extra, kept),
+    )
+
+
+def make_parser(data: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundles", default="default=models/default", help="name=path,...")
     parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
@@ -287,7 +309,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/compression.json")
     parser.add_argument("--png", default="bench/results/compression.png")
     add_doc_args(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = make_parser(os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")).parse_args(argv)
     if publish_saved(args, "compression", render):
         return
     faiss.omp_set_num_threads(args.threads)
@@ -295,18 +322,14 @@ def main(argv: list[str] | None = None) -> None:
 
     bundles = dict(item.split("=", 1) for item in args.bundles.split(","))
     widths = [int(w) for w in args.widths.split(",")]
-    questions = load_quora_retrieval(args.quora_dir)
-    extra = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
-    full, kept = add_distractors(questions, extra)
-    sizes = sorted({len(questions.corpus), len(full.corpus)})
-    own, relevant = np.asarray(full.queries), np.asarray(full.relevant)
-    teacher = teacher_vectors(args, questions.corpus, extra, kept)
+    data = load_retrieval(args)
+    own = data.own
     pairs = read_stsb(Path(args.sts_file))
     gold = [p.score for p in pairs]
     students, sts = {}, {}
     for name, path in bundles.items():
         encoder = Encoder(path, args.variant, threads=args.threads)
-        students[name] = encoder.encode(full.corpus)
+        students[name] = encoder.encode(data.corpus)
         left = encoder.encode([p.sentence1 for p in pairs])
         right = encoder.encode([p.sentence2 for p in pairs])
         for width in widths:
@@ -314,14 +337,14 @@ def main(argv: list[str] | None = None) -> None:
             sts[(name, width)] = sts_scores(unit(left[:, :width]), unit(right[:, :width]), fit, gold)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-compression-") as tmp:
-        for n in sizes:
-            teacher_n = unit(teacher[:n])
+        for n in data.sizes:
+            teacher_n = unit(data.teacher[:n])
             rows = teacher_rows(teacher_n, teacher_n[own], args)
             for name, vectors in students.items():
                 for width in widths:
                     cut = unit(vectors[:n, :width])
                     rows += student_rows(name, cut, cut[own], args, Path(tmp))
-            measure(rows, own, relevant, args)
+            measure(rows, own, data.relevant, args)
             for row in rows:
                 scores = sts.get((row.model, row.width), {})
                 results.append(
