@@ -8,6 +8,7 @@ other page.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import types
@@ -58,11 +59,17 @@ def _option_row(param: Any, ctx: Any) -> str:
     return f"| `{names}` | {_cell(help_text)} |"
 
 
-def cli_reference() -> str:
+@functools.cache
+def _cli() -> Any:
+    """The `distilembed` command tree (click's, as vendored by Typer), built once per build."""
     from distilembed.cli import _register, app
 
     _register()
-    root = typer.main.get_command(app)
+    return typer.main.get_command(app)
+
+
+def cli_reference() -> str:
+    root = _cli()
     lines = ["# CLI reference", "", "Generated from the `distilembed` Typer app at each docs build.", ""]
     for path, command in _commands(root, ["distilembed"]):
         if command.hidden:
@@ -121,12 +128,9 @@ def http_reference(schema: dict[str, Any]) -> str:
 SERVE_FLAG_FIELDS = {"index": "index_dir"}
 
 
-def _serve_flags(fields: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """Setting name -> (its ``distilembed serve`` flag, the flag's help), from the Typer command."""
-    from distilembed.cli import _register, app
-
-    _register()
-    serve = typer.main.get_command(app).commands["serve"]  # type: ignore[attr-defined]
+def _serve_flags(fields: dict[str, Any]) -> dict[str, str]:
+    """Setting name -> its ``distilembed serve`` flag, from the Typer command."""
+    serve = _cli().commands["serve"]
     flags = {}
     for param in serve.params:
         if param.name == "help":
@@ -134,7 +138,7 @@ def _serve_flags(fields: dict[str, Any]) -> dict[str, tuple[str, str]]:
         field = SERVE_FLAG_FIELDS.get(param.name, param.name)
         if field not in fields:
             raise ValueError(f"serve flag {param.opts[0]} sets no Settings field (see SERVE_FLAG_FIELDS)")
-        flags[field] = (" / ".join(param.opts + param.secondary_opts), param.help or "")
+        flags[field] = " / ".join(param.opts + param.secondary_opts)
     return flags
 
 
@@ -198,15 +202,17 @@ def settings_reference() -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, field in fields.items():
+        if not field.description:
+            raise ValueError(
+                f"setting {name} has no description (Field(description=...) in service/settings.py)"
+            )
         env = ", ".join(f"`{v}`" for v in _env_names(name, field, prefix))
-        flag, flag_help = flags.get(name, ("", ""))
+        flag = flags.get(name, "")
         kind = _type_name(field.annotation)
         if bounds := _bounds(field.metadata):
             kind += f", {bounds}"
-        # Without a description of its own, a setting shows its flag's help (less the env note).
-        what = field.description or re.sub(r"\s*\(env [^)]*\)", "", flag_help)
         flag_cell = f"`{flag}`" if flag else ""
-        cells = [f"`{name}`", env, flag_cell, _cell(kind), _default(field), _prose_cell(what)]
+        cells = [f"`{name}`", env, flag_cell, _cell(kind), _default(field), _prose_cell(field.description)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
