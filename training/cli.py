@@ -70,6 +70,14 @@ def train_command(
         bool | None,
         Opt("--train-on-pca-texts/--no-train-on-pca-texts", help="Also distil on the PCA-fit sentences."),
     ] = None,
+    extra_text: Annotated[
+        list[str] | None,
+        Opt(help="More unlabeled text: .txt(.gz), STS-B or NLI-triplet csv, SentEval SNLI dir (repeatable)."),
+    ] = None,
+    exclude_text: Annotated[
+        list[str] | None,
+        Opt(help="Drop every training sentence found in this source, e.g. STS-B test (repeatable)."),
+    ] = None,
     augment: Annotated[list[str] | None, Opt(help="synonym, deletion and/or crop (repeatable).")] = None,
     max_seq_len: Annotated[int | None, Opt()] = None,
     teacher_batch_size: Annotated[int | None, Opt(help="Batch size for teacher targets.")] = None,

@@ -41,6 +41,9 @@ class TrainConfig:
     # text file) fits it on that file's unique sentences instead (see docs/decisions.md).
     pca_fit: str = "corpus"
     train_on_pca_texts: bool = False
+    # More unlabeled text (files or a SentEval directory), and the text no training sentence may equal.
+    extra_text: tuple[str, ...] = ()
+    exclude_text: tuple[str, ...] = ()
     augment: tuple[str, ...] = ()
     synonym_p: float = 0.3
     deletion_p: float = 0.1
@@ -218,7 +221,7 @@ def make_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
     base = PRESETS[preset] if preset else TrainConfig()
     names = {f.name for f in fields(TrainConfig)}
     changes = {k: v for k, v in overrides.items() if v is not None and k in names}
-    for name in ("augment", "congen_views", "matryoshka", "matryoshka_weights"):
+    for name in ("augment", "congen_views", "matryoshka", "matryoshka_weights", "extra_text", "exclude_text"):
         if name in changes:
             changes[name] = tuple(changes[name])
     return replace(base, **changes).validate()

@@ -19,6 +19,7 @@ from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
+from training.data.extra_text import drop_excluded, excluded_keys, source_sentences
 from training.data.sts import distinct_sentences, find_sts_sets, load_stsb_split, read_stsb
 from training.data.text import content_hash, read_sentences
 from training.evaluation import (
@@ -82,9 +83,16 @@ def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
     ]
 
 
-def _corpus_texts(cfg: TrainConfig, corpus_path: Path) -> list[str]:
-    """The training sentences: ``n_sentences`` of the corpus after its first ``skip_sentences``."""
-    return read_sentences(corpus_path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
+def _corpus_texts(cfg: TrainConfig, corpus_path: Path, excluded: set[str]) -> tuple[list[str], int]:
+    """The training sentences, ``n_sentences`` of the corpus after its first ``skip_sentences``, less
+    the ``--exclude-text`` ones; and how many of those were dropped."""
+    texts = read_sentences(corpus_path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
+    return drop_excluded(texts, excluded)
+
+
+def _extra_texts(cfg: TrainConfig, data_dir: str | None, excluded: set[str]) -> dict[str, list[str]]:
+    """Each ``--extra-text`` source's distinct sentences, less the ``--exclude-text`` ones."""
+    return {s: drop_excluded(source_sentences(s, data_dir), excluded)[0] for s in cfg.extra_text}
 
 
 def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
@@ -113,8 +121,10 @@ def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[
         batch_size=cfg.teacher_batch_size,
         backend=cfg.teacher_backend,
     )
-    texts = _corpus_texts(cfg, resolve_data_path(cfg.corpus, data_dir))
+    excluded = excluded_keys(cfg.exclude_text, data_dir)
+    texts = _corpus_texts(cfg, resolve_data_path(cfg.corpus, data_dir), excluded)[0]
     sets = {"corpus": texts, "pca_fit": _pca_fit_texts(cfg, data_dir)}
+    sets |= {f"extra:{s}": t for s, t in _extra_texts(cfg, data_dir, excluded).items()}
     sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(texts, cfg), strict=True)}
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     sets |= {f"stsb_{split}": _reference_sentences(sts_dir, split)[1] for split in ("dev", "test")}
@@ -264,8 +274,13 @@ def run_training(
     torch.manual_seed(cfg.seed)
 
     with clock.stage("data"):
-        texts = _corpus_texts(cfg, corpus_path)
+        excluded = excluded_keys(cfg.exclude_text, data_dir)
+        texts, dropped = _corpus_texts(cfg, corpus_path, excluded)
         pca_texts = _pca_fit_texts(cfg, data_dir)
+        extra_texts = _extra_texts(cfg, data_dir, excluded)
+        more_sets = list(extra_texts.values())
+        if cfg.train_on_pca_texts and pca_texts:
+            more_sets.append(drop_excluded(pca_texts, excluded)[0])
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
         student = build_method_student(cfg, texts, device)
@@ -273,14 +288,11 @@ def run_training(
             cfg.teacher, device=device, batch_size=cfg.teacher_batch_size, backend=cfg.teacher_backend
         )
     with clock.stage("augment"):
-        extra_sets = _augmented(texts, cfg)
+        extra_sets = _augmented(texts, cfg) + more_sets
     with clock.stage("teacher_targets"):
         base, base_info = teacher.targets(texts)
         aug_targets = [teacher.targets(extra)[0] for extra in extra_sets]
         pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
-    if cfg.train_on_pca_texts and pca_texts:
-        extra_sets.append(pca_texts)
-        aug_targets.append(pca_fit_targets)
     with clock.stage("pca"):
         pca = PCATargets.fit(np.asarray(pca_fit_targets, dtype=np.float32), cfg.dim, cfg.seed)
         all_texts = texts + [t for s in extra_sets for t in s]
@@ -337,6 +349,9 @@ def run_training(
             "sentences_sha256": content_hash(texts),
             "augmented": {m: len(s) for m, s in zip(cfg.augment, extra_sets, strict=False)},
             "pca_fit_sentences": len(pca_texts),
+            "extra_text": {source: len(extra) for source, extra in extra_texts.items()},
+            "excluded_sentences": len(excluded),
+            "corpus_sentences_dropped": dropped,
             "train_examples": len(all_texts),
             "sts_dir": str(sts_dir),
         },

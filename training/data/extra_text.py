@@ -1,0 +1,100 @@
+"""More unlabeled text for distillation, and the evaluation text kept out of it.
+
+``--extra-text SOURCE`` adds every distinct sentence of a source to the training sentences (a
+distillation only needs the teacher's vectors, so any sentence is a training example):
+
+* a plain-text corpus (``.txt`` / ``.txt.gz``, one sentence per line),
+* an STS Benchmark csv (both sentences of every pair; the scores are not used),
+* an NLI triplets csv with a header (``sent0,sent1,hard_neg``: every column),
+* a SentEval SNLI directory (every line of its ``s1.*`` and ``s2.*`` files).
+
+``--exclude-text SOURCE`` (the same formats, plus a Quora pairs ``.tsv``) removes from all the
+training text every sentence that equals, after :func:`normalise`, a sentence of the source: STS-B
+test shares 256 such sentences with STS-B train and 32 with SNLI ("a man is driving a car"), and a
+student must not see the text it is scored on.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from distilembed.errors import UserError
+from distilembed.paths import resolve_data_path
+from training.data.sts import distinct_sentences, read_stsb
+from training.data.text import iter_sentences
+
+_WORD = re.compile(r"\w+")
+
+
+def normalise(text: str) -> str:
+    """Lowercased words joined by one space: what makes two copies of a sentence the same across
+    tokenisations (STS-B's SentEval copy is Moses-tokenised and lowercased, SNLI's is tokenised)."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def _senteval_lines(directory: Path) -> list[str]:
+    files = sorted(p for p in directory.iterdir() if p.name.split(".")[0] in {"s1", "s2"})
+    if not files:
+        raise UserError(f"no SentEval s1.* / s2.* files in {directory}")
+    return [line for file in files for line in _lines(file)]
+
+
+def _lines(path: Path) -> list[str]:
+    """Stripped non-empty lines of a file whatever its suffix (SentEval names files ``s1.dev``)."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
+        return [text for text in (line.strip() for line in handle) if text]
+
+
+def _csv_sentences(path: Path) -> list[str]:
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        first = handle.readline()
+    if first.count("\t") >= 6:  # STS Benchmark: 7 tab-separated fields, no header
+        return distinct_sentences(read_stsb(path))
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        rows = list(csv.reader(handle))
+    if not rows or [c.strip() for c in rows[0]][:1] != ["sent0"]:
+        raise UserError(f"unknown csv (want STS Benchmark, or NLI triplets with a sent0 header): {path}")
+    return [cell.strip() for row in rows[1:] for cell in row if cell.strip()]
+
+
+def _tsv_sentences(path: Path) -> list[str]:
+    """Quora pairs as ``bench/quora_data.py`` reads them: label, question1, question2[, id]."""
+    out: list[str] = []
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
+        for line in handle:
+            fields = line.rstrip("\n").split("\t")
+            out += [f.strip() for f in fields[1:3] if f.strip()]
+    return out
+
+
+def source_sentences(source: str, data_dir: str | None = None) -> list[str]:
+    """Every distinct sentence of one source, sorted (so a run's text does not depend on file order)."""
+    path = resolve_data_path(source, data_dir)
+    if path.is_dir():
+        found = _senteval_lines(path)
+    elif not path.is_file():
+        raise UserError(f"text source not found: {path}")
+    elif path.suffix == ".csv":
+        found = _csv_sentences(path)
+    elif path.suffix == ".tsv":
+        found = _tsv_sentences(path)
+    else:
+        found = list(iter_sentences(path))
+    out = sorted(set(found))
+    if not out:
+        raise UserError(f"no sentences in {path}")
+    return out
+
+
+def excluded_keys(sources: Sequence[str], data_dir: str | None = None) -> set[str]:
+    """The normalised sentences of every ``--exclude-text`` source."""
+    return {normalise(text) for source in sources for text in source_sentences(source, data_dir)}
+
+
+def drop_excluded(texts: Sequence[str], excluded: set[str]) -> tuple[list[str], int]:
+    """``texts`` without the excluded sentences, and how many were dropped."""
+    kept = [text for text in texts if normalise(text) not in excluded]
+    return kept, len(texts) - len(kept)
