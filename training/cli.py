@@ -105,6 +105,9 @@ def train_command(
         float | None, Opt(help="Stage-1 temperature (default: ibkd 0.1, distilcse-ckd 0.05, congen 0.07).")
     ] = None,
     teacher_temperature: Annotated[float | None, Opt(help="ConGen teacher temperature (0.05).")] = None,
+    hpd_weight: Annotated[
+        float | None, Opt(help="ConGen only: add this weight times HPD's MSE to the PCA targets (0: off).")
+    ] = None,
     congen_views: Annotated[
         list[str] | None, Opt("--congen-view", help="ConGen's two views: none, deletion, crop, synonym (x2).")
     ] = None,

@@ -77,6 +77,8 @@ class TrainConfig:
     teacher_temperature: float | None = None
     # ConGen's two augmented views of every sentence; the teacher sees the first.
     congen_views: tuple[str, ...] = ("deletion", "crop")
+    # ConGen plus this weight times HPD's MSE to the PCA targets (a combined objective; 0: off).
+    hpd_weight: float = 0.0
     # SimTDE: compact token-embedding width, and the weight of the sentence term (None: dim).
     token_dim: int = 128
     # The student's shape for any method: "transformer" (a layer-cut copy of --student) or "simtde"
@@ -139,6 +141,10 @@ class TrainConfig:
         if self.student_arch not in STUDENT_ARCHS:
             known = ", ".join(STUDENT_ARCHS)
             raise UserError(f"unknown --student-arch {self.student_arch!r} (known: {known})")
+        if self.hpd_weight < 0:
+            raise UserError("--hpd-weight must not be negative")
+        if self.hpd_weight and self.method != "congen":
+            raise UserError(f"--hpd-weight adds HPD's MSE to ConGen's loss; not for --method {self.method}")
         if self.method == "congen":
             if len(self.congen_views) != 2:
                 raise UserError(f"congen needs exactly two --congen-view, got {len(self.congen_views)}")

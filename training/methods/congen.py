@@ -13,6 +13,11 @@ sentences (section 4.1) and is FIFO. Deviation: the views are word deletion / cr
 the paper back-translates, and its Table 6 finds deletion and synonym replacement nearly as good).
 A view may also be ``none`` (the sentence itself): with ``none`` as the teacher's view its targets
 are the training targets already cached, which saves a whole teacher pass over the corpus.
+
+Combined objective (``--hpd-weight w``): ``L + w * HPD(z_con^S, z_ref^T)``, HPD's eq. 2 (squared L2
+to the teacher's PCA-d coordinates, :func:`training.losses.hpd.hpd_loss`) on the control view's
+un-normalised output. ConGen matches similarity distributions, which leaves the scale and position
+of the student's cloud free; HPD's term pins the coordinates themselves.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import torch
 
 from training.augment import augment_sentence, ensure_wordnet
 from training.losses.congen import STUDENT_TAU, TEACHER_TAU, ConGenLoss
+from training.losses.hpd import hpd_loss
+from training.losses.matryoshka import matryoshka_loss, prefix
 from training.methods.base import MethodInputs, Stage, distill_loop, encode_features, pick, text_lengths
 
 
@@ -73,7 +80,12 @@ def congen_stage(inp: MethodInputs) -> Stage:
         texts = [view1[i] for i in indices] + [view2[i] for i in indices]
         _, emb = encode_features(student, texts)  # both views in one pass
         control, general = emb.split(len(indices))
-        return loss(control, general, reference[indices].to(emb.device), widths)
+        target = reference[indices].to(emb.device)
+        total = loss(control, general, target, widths)
+        if cfg.hpd_weight:
+            mse = matryoshka_loss(lambda m: hpd_loss(prefix(control, m), prefix(target, m)), widths)
+            total = total + cfg.hpd_weight * mse
+        return total
 
     return Stage(
         "train",
@@ -88,6 +100,7 @@ def congen_stage(inp: MethodInputs) -> Stage:
             "teacher_tau": loss.teacher_tau,
             "student_tau": loss.student_tau,
             "queue_size": cfg.queue_size,
+            "hpd_weight": cfg.hpd_weight,
             "prefill": len(sample),
             "view1_cache": view1_info,
         },

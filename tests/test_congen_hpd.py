@@ -1,0 +1,48 @@
+"""``--hpd-weight``: ConGen's loss plus w times HPD's MSE on the control view (a combined objective)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distilembed.errors import UserError
+from tests.tiny_models import tiny_sentences
+from training.config import TrainConfig, make_config
+from training.losses.hpd import hpd_loss
+from training.methods.base import MethodInputs, encode_features
+from training.methods.congen import congen_stage
+from training.student import build_student
+
+
+def _batch_loss(student, texts: list[str], targets: torch.Tensor, weight: float, indices: list[int]) -> float:
+    # "none" as the teacher's view: its targets are the training targets, so no teacher is needed.
+    cfg = TrainConfig(method="congen", dim=8, congen_views=("none", "none"), hpd_weight=weight, queue_size=16)
+    inputs = MethodInputs(cfg, student, None, texts, [], None, targets, "cpu", None)  # type: ignore[arg-type]
+    with torch.no_grad():
+        return float(congen_stage(inputs).batch_loss(indices))
+
+
+def test_hpd_weight_adds_exactly_w_times_the_mse(tiny_bert) -> None:
+    student = build_student(str(tiny_bert), dim=8, max_seq_len=16).eval()
+    texts = tiny_sentences(24)
+    targets = torch.randn(len(texts), 8, generator=torch.Generator().manual_seed(0)) * 0.3
+    indices = [0, 3, 5, 7]
+    with torch.no_grad():
+        _, control = encode_features(student, [texts[i] for i in indices])
+        mse = float(hpd_loss(control, targets[indices]))
+    plain = _batch_loss(student, texts, targets, 0.0, indices)
+    combined = _batch_loss(student, texts, targets, 2.5, indices)
+    assert mse > 0
+    assert combined - plain == pytest.approx(2.5 * mse, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"method": "congen", "hpd_weight": -1.0}, "must not be negative"),
+        ({"method": "ibkd", "hpd_weight": 1.0}, "not for --method ibkd"),
+    ],
+)
+def test_bad_hpd_weight_is_a_user_error(overrides, message) -> None:
+    with pytest.raises(UserError, match=message):
+        make_config(None, overrides)
