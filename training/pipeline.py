@@ -20,7 +20,7 @@ from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
 from training.data.extra_text import drop_excluded, excluded_keys, source_sentences
-from training.data.sts import distinct_sentences, find_sts_sets, load_stsb_split, read_stsb
+from training.data.sts import distinct_sentences, find_sts_sets, load_stsb_split
 from training.data.text import content_hash, read_sentences
 from training.evaluation import (
     evaluate_model_pairs,
@@ -99,12 +99,9 @@ def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
     """The unique sentences (sorted) of ``cfg.pca_fit``; empty when the PCA fits on the corpus."""
     if cfg.pca_fit == "corpus":
         return []
-    path = resolve_data_path(cfg.pca_fit, data_dir)
-    if not path.is_file():
-        raise UserError(f"--pca-fit file not found: {path}")
-    if path.suffix == ".csv":
-        return distinct_sentences(read_stsb(path))
-    return sorted(set(read_sentences(path)))
+    if not resolve_data_path(cfg.pca_fit, data_dir).exists():
+        raise UserError(f"--pca-fit file not found: {resolve_data_path(cfg.pca_fit, data_dir)}")
+    return source_sentences(cfg.pca_fit, data_dir)
 
 
 def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:

@@ -16,13 +16,13 @@ student must not see the text it is scored on.
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
+from training.data.pairs import read_nli_triplets
 from training.data.sts import distinct_sentences, read_stsb
 from training.data.text import iter_sentences
 
@@ -53,11 +53,9 @@ def _csv_sentences(path: Path) -> list[str]:
         first = handle.readline()
     if first.count("\t") >= 6:  # STS Benchmark: 7 tab-separated fields, no header
         return distinct_sentences(read_stsb(path))
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        rows = list(csv.reader(handle))
-    if not rows or [c.strip() for c in rows[0]][:1] != ["sent0"]:
+    if not first.startswith("sent0"):
         raise UserError(f"unknown csv (want STS Benchmark, or NLI triplets with a sent0 header): {path}")
-    return [cell.strip() for row in rows[1:] for cell in row if cell.strip()]
+    return [text for t in read_nli_triplets(path) for text in (t.anchor, t.positive, t.negative)]
 
 
 def _tsv_sentences(path: Path) -> list[str]:
