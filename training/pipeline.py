@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,25 +83,48 @@ def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
     ]
 
 
-def _corpus_texts(cfg: TrainConfig, corpus_path: Path, excluded: set[str]) -> tuple[list[str], int]:
-    """The training sentences, ``n_sentences`` of the corpus after its first ``skip_sentences``, less
-    the ``--exclude-text`` ones; and how many of those were dropped."""
-    texts = read_sentences(corpus_path, limit=cfg.n_sentences, skip=cfg.skip_sentences)
-    return drop_excluded(texts, excluded)
+@dataclass
+class TrainingText:
+    """The text a run distils on, less the ``--exclude-text`` sentences; warming the target cache
+    and training read it through one function, so both see the same sets."""
+
+    corpus: list[str]  # ``n_sentences`` of the corpus after its first ``skip_sentences``
+    corpus_dropped: int
+    pca_fit: list[str]  # what the PCA fits on (all of it: fitting is not training)
+    extra: dict[str, list[str]]  # each ``--extra-text`` source
+    pca_train: list[str]  # the PCA-fit sentences trained on (``--train-on-pca-texts``)
+    excluded: int  # distinct normalised sentences kept out
+
+    def more_sets(self) -> list[list[str]]:
+        """The sets trained on besides the corpus and its augmentations, in training order."""
+        return [*self.extra.values(), *([self.pca_train] if self.pca_train else [])]
 
 
-def _extra_texts(cfg: TrainConfig, data_dir: str | None, excluded: set[str]) -> dict[str, list[str]]:
-    """Each ``--extra-text`` source's distinct sentences, less the ``--exclude-text`` ones."""
-    return {s: drop_excluded(source_sentences(s, data_dir), excluded)[0] for s in cfg.extra_text}
+def training_text(cfg: TrainConfig, data_dir: str | None) -> TrainingText:
+    excluded = excluded_keys(cfg.exclude_text, data_dir)
+    corpus = read_sentences(
+        resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences, skip=cfg.skip_sentences
+    )
+    kept, dropped = drop_excluded(corpus, excluded)
+    pca_fit = _pca_fit_texts(cfg, data_dir)
+    return TrainingText(
+        corpus=kept,
+        corpus_dropped=dropped,
+        pca_fit=pca_fit,
+        extra={s: drop_excluded(source_sentences(s, data_dir), excluded)[0] for s in cfg.extra_text},
+        pca_train=drop_excluded(pca_fit, excluded)[0] if cfg.train_on_pca_texts else [],
+        excluded=len(excluded),
+    )
 
 
 def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
     """The unique sentences (sorted) of ``cfg.pca_fit``; empty when the PCA fits on the corpus."""
     if cfg.pca_fit == "corpus":
         return []
-    if not resolve_data_path(cfg.pca_fit, data_dir).exists():
-        raise UserError(f"--pca-fit file not found: {resolve_data_path(cfg.pca_fit, data_dir)}")
-    return source_sentences(cfg.pca_fit, data_dir)
+    path = resolve_data_path(cfg.pca_fit, data_dir)
+    if not path.exists():
+        raise UserError(f"--pca-fit file not found: {path}")
+    return source_sentences(str(path))
 
 
 def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:
@@ -118,11 +141,10 @@ def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[
         batch_size=cfg.teacher_batch_size,
         backend=cfg.teacher_backend,
     )
-    excluded = excluded_keys(cfg.exclude_text, data_dir)
-    texts = _corpus_texts(cfg, resolve_data_path(cfg.corpus, data_dir), excluded)[0]
-    sets = {"corpus": texts, "pca_fit": _pca_fit_texts(cfg, data_dir)}
-    sets |= {f"extra:{s}": t for s, t in _extra_texts(cfg, data_dir, excluded).items()}
-    sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(texts, cfg), strict=True)}
+    text = training_text(cfg, data_dir)
+    sets = {"corpus": text.corpus, "pca_fit": text.pca_fit, "pca_train": text.pca_train}
+    sets |= {f"extra:{s}": t for s, t in text.extra.items()}
+    sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(text.corpus, cfg), strict=True)}
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     sets |= {f"stsb_{split}": _reference_sentences(sts_dir, split)[1] for split in ("dev", "test")}
     for sentences in sets.values():
@@ -271,13 +293,8 @@ def run_training(
     torch.manual_seed(cfg.seed)
 
     with clock.stage("data"):
-        excluded = excluded_keys(cfg.exclude_text, data_dir)
-        texts, dropped = _corpus_texts(cfg, corpus_path, excluded)
-        pca_texts = _pca_fit_texts(cfg, data_dir)
-        extra_texts = _extra_texts(cfg, data_dir, excluded)
-        more_sets = list(extra_texts.values())
-        if cfg.train_on_pca_texts and pca_texts:
-            more_sets.append(drop_excluded(pca_texts, excluded)[0])
+        text = training_text(cfg, data_dir)
+        texts, pca_texts = text.corpus, text.pca_fit
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
         student = build_method_student(cfg, texts, device)
@@ -285,11 +302,11 @@ def run_training(
             cfg.teacher, device=device, batch_size=cfg.teacher_batch_size, backend=cfg.teacher_backend
         )
     with clock.stage("augment"):
-        extra_sets = _augmented(texts, cfg) + more_sets
+        extra_sets = _augmented(texts, cfg) + text.more_sets()
     with clock.stage("teacher_targets"):
         base, base_info = teacher.targets(texts)
-        aug_targets = [teacher.targets(extra)[0] for extra in extra_sets]
         pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
+        aug_targets = [pca_fit_targets if s == pca_texts else teacher.targets(s)[0] for s in extra_sets]
     with clock.stage("pca"):
         pca = PCATargets.fit(np.asarray(pca_fit_targets, dtype=np.float32), cfg.dim, cfg.seed)
         all_texts = texts + [t for s in extra_sets for t in s]
@@ -346,9 +363,9 @@ def run_training(
             "sentences_sha256": content_hash(texts),
             "augmented": {m: len(s) for m, s in zip(cfg.augment, extra_sets, strict=False)},
             "pca_fit_sentences": len(pca_texts),
-            "extra_text": {source: len(extra) for source, extra in extra_texts.items()},
-            "excluded_sentences": len(excluded),
-            "corpus_sentences_dropped": dropped,
+            "extra_text": {source: len(extra) for source, extra in text.extra.items()},
+            "excluded_sentences": text.excluded,
+            "corpus_sentences_dropped": text.corpus_dropped,
             "train_examples": len(all_texts),
             "sts_dir": str(sts_dir),
         },

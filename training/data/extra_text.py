@@ -22,7 +22,7 @@ from pathlib import Path
 
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
-from training.data.pairs import read_nli_triplets
+from training.data.pairs import read_nli_triplets, read_quora_pairs, read_senteval_snli
 from training.data.sts import distinct_sentences, read_stsb
 from training.data.text import iter_sentences
 
@@ -35,17 +35,13 @@ def normalise(text: str) -> str:
     return " ".join(_WORD.findall(text.lower()))
 
 
-def _senteval_lines(directory: Path) -> list[str]:
-    files = sorted(p for p in directory.iterdir() if p.name.split(".")[0] in {"s1", "s2"})
-    if not files:
+def _senteval_sentences(directory: Path) -> list[str]:
+    """Premises and hypotheses of every split (``s1.SPLIT``) of a SentEval SNLI directory."""
+    splits = sorted(p.name.split(".", 1)[1] for p in directory.glob("s1.*"))
+    if not splits:
         raise UserError(f"no SentEval s1.* / s2.* files in {directory}")
-    return [line for file in files for line in _lines(file)]
-
-
-def _lines(path: Path) -> list[str]:
-    """Stripped non-empty lines of a file whatever its suffix (SentEval names files ``s1.dev``)."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
-        return [text for text in (line.strip() for line in handle) if text]
+    pairs = [pair for split in splits for pair in read_senteval_snli(directory, split)]
+    return [text for pair in pairs for text in (pair.premise, pair.hypothesis)]
 
 
 def _csv_sentences(path: Path) -> list[str]:
@@ -58,27 +54,17 @@ def _csv_sentences(path: Path) -> list[str]:
     return [text for t in read_nli_triplets(path) for text in (t.anchor, t.positive, t.negative)]
 
 
-def _tsv_sentences(path: Path) -> list[str]:
-    """Quora pairs as ``bench/quora_data.py`` reads them: label, question1, question2[, id]."""
-    out: list[str] = []
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as handle:
-        for line in handle:
-            fields = line.rstrip("\n").split("\t")
-            out += [f.strip() for f in fields[1:3] if f.strip()]
-    return out
-
-
 def source_sentences(source: str, data_dir: str | None = None) -> list[str]:
     """Every distinct sentence of one source, sorted (so a run's text does not depend on file order)."""
     path = resolve_data_path(source, data_dir)
     if path.is_dir():
-        found = _senteval_lines(path)
+        found = _senteval_sentences(path)
     elif not path.is_file():
         raise UserError(f"text source not found: {path}")
     elif path.suffix == ".csv":
         found = _csv_sentences(path)
     elif path.suffix == ".tsv":
-        found = _tsv_sentences(path)
+        found = [text for pair in read_quora_pairs(path) for text in (pair.text1, pair.text2)]
     else:
         found = list(iter_sentences(path))
     out = sorted(set(found))
@@ -94,5 +80,7 @@ def excluded_keys(sources: Sequence[str], data_dir: str | None = None) -> set[st
 
 def drop_excluded(texts: Sequence[str], excluded: set[str]) -> tuple[list[str], int]:
     """``texts`` without the excluded sentences, and how many were dropped."""
+    if not excluded:  # no --exclude-text: nothing to normalise
+        return list(texts), 0
     kept = [text for text in texts if normalise(text) not in excluded]
     return kept, len(texts) - len(kept)
