@@ -41,6 +41,10 @@ def train_command(
         Opt(help="Distillation method: hpd | ibkd | distilcse-kd | distilcse-ckd | simtde | congen."),
     ] = None,
     teacher: Annotated[str | None, Opt(help="Teacher folder, packaged name or hub id.")] = None,
+    ensemble_teacher: Annotated[
+        list[str] | None,
+        Opt(help="Another teacher, NAME[:WEIGHT] (default 0.3), cosines averaged by weight (repeatable)."),
+    ] = None,
     student: Annotated[str | None, Opt(help="Student init folder, packaged name or hub id.")] = None,
     layers: Annotated[int | None, Opt(help="Keep only K encoder layers of the student.")] = None,
     dim: Annotated[int | None, Opt(help="Output dimension of the learnable projection.")] = None,
@@ -144,6 +148,7 @@ def train_command(
     from training.report import print_training_summary
 
     overrides = {k: v for k, v in locals().items() if k not in NOT_CONFIG}
+    overrides["ensemble_teachers"] = ensemble_teacher
     overrides["matryoshka"] = comma_list(matryoshka, int, "--matryoshka")
     overrides["matryoshka_weights"] = comma_list(matryoshka_weights, float, "--matryoshka-weights")
     cfg = make_config(preset, overrides)

@@ -21,6 +21,9 @@ PROJECTION_INITS = ("random", "ridge")
 class TrainConfig:
     method: str = "hpd"
     teacher: str = "all-mpnet-base-v2"
+    # More teachers, "NAME[:WEIGHT]" (default 0.3); --teacher keeps 1 minus their sum
+    # (training/teacher_ensemble.py: cosines averaged by weight).
+    ensemble_teachers: tuple[str, ...] = ()
     student: str = "all-MiniLM-L6-v2"
     layers: int | None = None
     freeze_embeddings: bool = False
@@ -116,6 +119,9 @@ class TrainConfig:
         if self.projection_sample < 2:
             raise UserError("--projection-sample must be at least 2")
         self._validate_method_fields()
+        from training.teacher_ensemble import ensemble_weights
+
+        ensemble_weights(self.ensemble_teachers)
         self.widths()
         return self
 
@@ -227,7 +233,8 @@ def make_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
     base = PRESETS[preset] if preset else TrainConfig()
     names = {f.name for f in fields(TrainConfig)}
     changes = {k: v for k, v in overrides.items() if v is not None and k in names}
-    for name in ("augment", "congen_views", "matryoshka", "matryoshka_weights", "extra_text", "exclude_text"):
+    listed = ("augment", "ensemble_teachers", "congen_views", "matryoshka", "matryoshka_weights")
+    for name in (*listed, "extra_text", "exclude_text"):
         if name in changes:
             changes[name] = tuple(changes[name])
     return replace(base, **changes).validate()

@@ -34,7 +34,7 @@ from training.losses.hpd import PCATargets
 from training.losses.matryoshka import Widths
 from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
 from training.student import count_parameters
-from training.teacher_targets import Teacher
+from training.teacher_ensemble import AnyTeacher, build_teacher
 from training.trainer import LoopState, Trainer, remove_workdir, resolve_device
 
 log = logging.getLogger(__name__)
@@ -135,8 +135,9 @@ def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str
 def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[str, int]:
     """Fill the target cache with what every method's run of ``cfg`` shares (corpus, augmented
     sets, PCA-fit sentences, STS-B dev/test), so parallel runs only read it (the cache has no lock)."""
-    teacher = Teacher(
+    teacher = build_teacher(
         cfg.teacher,
+        cfg.ensemble_teachers,
         device=resolve_device(cfg.device),
         batch_size=cfg.teacher_batch_size,
         backend=cfg.teacher_backend,
@@ -153,7 +154,7 @@ def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[
     return {name: len(sentences) for name, sentences in sets.items()}
 
 
-def _teacher_reference(teacher: Teacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
+def _teacher_reference(teacher: AnyTeacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
     """The ceiling: the teacher's own STS-B dev/test Spearman, full-dim and after the PCA."""
     out: dict[str, float] = {}
     for split in ("dev", "test"):
@@ -298,8 +299,12 @@ def run_training(
         dev_pairs = load_stsb_split(sts_dir, "dev")
     with clock.stage("student"):
         student = build_method_student(cfg, texts, device)
-        teacher = Teacher(
-            cfg.teacher, device=device, batch_size=cfg.teacher_batch_size, backend=cfg.teacher_backend
+        teacher = build_teacher(
+            cfg.teacher,
+            cfg.ensemble_teachers,
+            device=device,
+            batch_size=cfg.teacher_batch_size,
+            backend=cfg.teacher_backend,
         )
     with clock.stage("augment"):
         extra_sets = _augmented(texts, cfg) + text.more_sets()
@@ -342,7 +347,7 @@ def run_training(
         "method": cfg.method,
         "config": asdict(cfg),
         "teacher": {
-            "name": cfg.teacher,
+            "name": teacher.name,
             "path": teacher.path,
             "fingerprint": teacher.fingerprint,
             "dim": int(base.shape[1]),

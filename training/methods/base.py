@@ -18,7 +18,7 @@ from torch import nn
 
 from training.config import TrainConfig
 from training.losses.hpd import PCATargets
-from training.teacher_targets import Teacher
+from training.teacher_ensemble import AnyTeacher
 from training.trainer import BatchLoss, LoopConfig
 
 
@@ -29,7 +29,7 @@ class MethodInputs:
 
     cfg: TrainConfig
     student: SentenceTransformer
-    teacher: Teacher
+    teacher: AnyTeacher
     texts: list[str]
     full_parts: list[np.ndarray]
     pca: PCATargets
