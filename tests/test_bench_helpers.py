@@ -19,6 +19,7 @@ from methods import add_comparisons, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, retrieval_scores, verdict
 from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
+from teacher_ensemble import render as render_ensemble
 from timing import interleaved_seconds
 
 
@@ -248,3 +249,15 @@ def test_stage1_dev_reads_step_zero_and_the_best_stage1_evaluation(tmp_path: Pat
     (tmp_path / "training_curve.json").write_text(json.dumps(curve))
     assert stage1_dev(tmp_path)["stage1_improved"] is False
     assert stage1_dev(tmp_path / "missing") == {}
+
+
+def test_teacher_ensemble_table_names_the_best_weight_on_dev() -> None:
+    result = {
+        "splits": ["dev", "test"],
+        "spearman": {"a": {"dev": 88.11, "test": 83.42}, "a 0.7 + b 0.3": {"dev": 88.41, "test": 83.73}},
+        "best_on_dev": "a 0.7 + b 0.3",
+    }
+    lines = render_ensemble(result).splitlines()
+    assert lines[0] == "| teacher | STS-B dev | STS-B test |"
+    assert lines[3] == "| a 0.7 + b 0.3 | 88.41 | 83.73 |"
+    assert lines[-1] == "Best weight on STS-B dev: **a 0.7 + b 0.3**."
