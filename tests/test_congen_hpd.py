@@ -41,8 +41,10 @@ def test_hpd_weight_adds_exactly_w_times_the_mse(tiny_bert) -> None:
     [
         ({"method": "congen", "hpd_weight": -1.0}, "must not be negative"),
         ({"method": "ibkd", "hpd_weight": 1.0}, "not for --method ibkd"),
+        ({"method": "congen", "matryoshka_targets": "half"}, "unknown --matryoshka-targets 'half'"),
+        ({"method": "hpd", "matryoshka_targets": "full"}, "not for --method hpd"),
     ],
 )
-def test_bad_hpd_weight_is_a_user_error(overrides, message) -> None:
+def test_bad_combined_objective_flags_are_user_errors(overrides, message) -> None:
     with pytest.raises(UserError, match=message):
         make_config(None, overrides)

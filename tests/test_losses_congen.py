@@ -67,3 +67,38 @@ def test_module_queue_head_and_gradient() -> None:
                 param.sub_(0.05 * grad)
     assert loss_fn(control, general, teacher).item() < first
     assert isinstance(ConGenLoss(student_dim=6, teacher_dim=6, queue_size=4).head, torch.nn.Identity)
+
+
+def test_student_queue_hand_computed_teacher_at_full_width() -> None:
+    """The student's 1-d prefix against the 1-d queue, the teacher's distribution from 2-d."""
+    queue = torch.tensor([[1.0, 1.0], [-1.0, 1.0]])
+    teacher = torch.tensor([[1.0, 0.0]])  # full-width cosines c, -c
+    control = torch.tensor([[2.0]])  # 1-d cosines with the cut queue (1, -1): 1, -1
+    general = torch.tensor([[-1.0]])  # -1, 1
+    tt, ts, c = 0.05, 0.07, 1 / math.sqrt(2)
+    p = [math.exp(c / tt), math.exp(-c / tt)]
+    p = [v / sum(p) for v in p]
+    q_con = [math.exp(1 / ts), math.exp(-1 / ts)]
+    q_con = [v / sum(q_con) for v in q_con]
+    q_gen = q_con[::-1]
+    ce_con = -sum(pi * math.log(qi) for pi, qi in zip(p, q_con, strict=True))
+    ce_gen = -sum(pi * math.log(qi) for pi, qi in zip(p, q_gen, strict=True))
+    got = congen_loss(
+        control,
+        general,
+        teacher,
+        queue,
+        teacher_tau=tt,
+        student_tau=ts,
+        alpha=0.5,
+        student_queue=queue[:, :1],
+    )
+    assert got.item() == pytest.approx(0.5 * ce_con + 0.5 * ce_gen, rel=1e-5)
+
+
+def test_student_queue_must_match_the_student_and_the_queue() -> None:
+    queue, teacher, student = torch.randn(5, 4), torch.randn(2, 4), torch.randn(2, 2)
+    with pytest.raises(ValueError, match="widths differ"):
+        congen_loss(student, student, teacher, queue)
+    with pytest.raises(ValueError, match="queues differ"):
+        congen_loss(student, student, teacher, queue, student_queue=queue[:3, :2])

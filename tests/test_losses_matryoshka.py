@@ -135,3 +135,21 @@ def test_cli_comma_lists() -> None:
     assert comma_list(None, int, "--matryoshka") is None
     with pytest.raises(UserError, match="--matryoshka-weights takes comma-separated floats"):
         comma_list("1,x", float, "--matryoshka-weights")
+
+
+def test_congen_full_targets_keep_the_teacher_distribution_at_full_width() -> None:
+    torch.manual_seed(3)
+    loss = ConGenLoss(8, 8, queue_size=64, full_targets=True)
+    loss.prefill(torch.randn(20, 8))
+    control, general, reference = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8)
+    widths = Widths((8, 4, 2), (1.0, 0.5, 2.0))
+    got = loss(control, general, reference, widths)
+    queue = loss.bank.vectors()
+    want = sum(
+        c * congen_loss(control[:, :m], general[:, :m], reference, queue, student_queue=queue[:, :m])
+        for m, c in zip(widths.widths, widths.weights, strict=True)
+    )
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    prefix_loss = ConGenLoss(8, 8, queue_size=64)
+    prefix_loss.prefill(queue[:20])
+    assert got.item() != pytest.approx(prefix_loss(control, general, reference, widths).item(), rel=1e-3)

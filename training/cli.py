@@ -122,6 +122,13 @@ def train_command(
     matryoshka_weights: Annotated[
         str | None, Opt(help="One weight per --matryoshka width, e.g. 1,1,1 (the default).")
     ] = None,
+    matryoshka_targets: Annotated[
+        str | None,
+        Opt(
+            help="ConGen: each narrower width learns the teacher's PCA cut to it (prefix, the default) "
+            "or the teacher's full-width similarities (full)."
+        ),
+    ] = None,
     token_dim: Annotated[int | None, Opt(help="SimTDE token-embedding width.")] = None,
     student_arch: Annotated[
         str | None, Opt(help="transformer | simtde (compact token embeddings, last K layers) for any method.")

@@ -71,6 +71,9 @@ class TrainConfig:
     # first and starting at dim (e.g. 128, 64, 32); empty: dim only. One weight per width (default 1).
     matryoshka: tuple[int, ...] = ()
     matryoshka_weights: tuple[float, ...] = ()
+    # What each narrower width of a ConGen student learns: "prefix" (the teacher's PCA coordinates
+    # cut to the same width) or "full" (the teacher's full-width similarity distribution).
+    matryoshka_targets: str = "prefix"
     # --- methods other than HPD (docs/methods.md); None means the paper's value for the method ---
     # Teacher memory bank (distilcse-ckd) / instance queue (congen), rows.
     queue_size: int = 16_384
@@ -147,6 +150,14 @@ class TrainConfig:
         if self.student_arch not in STUDENT_ARCHS:
             known = ", ".join(STUDENT_ARCHS)
             raise UserError(f"unknown --student-arch {self.student_arch!r} (known: {known})")
+        self._validate_congen_fields()
+
+    def _validate_congen_fields(self) -> None:
+        if self.matryoshka_targets not in MATRYOSHKA_TARGETS:
+            known = ", ".join(MATRYOSHKA_TARGETS)
+            raise UserError(f"unknown --matryoshka-targets {self.matryoshka_targets!r} (known: {known})")
+        if self.matryoshka_targets != "prefix" and self.method != "congen":
+            raise UserError(f"--matryoshka-targets full is ConGen's; not for --method {self.method}")
         if self.hpd_weight < 0:
             raise UserError("--hpd-weight must not be negative")
         if self.hpd_weight and self.method != "congen":
@@ -158,6 +169,8 @@ class TrainConfig:
             if unknown:
                 raise UserError(f"unknown --congen-view {sorted(unknown)} (known: {', '.join(CONGEN_VIEWS)})")
 
+
+MATRYOSHKA_TARGETS = ("prefix", "full")
 
 PRESETS: dict[str, TrainConfig] = {
     # End-to-end check of the whole path in a few minutes on 2 CPU cores.

@@ -68,21 +68,34 @@ def congen_loss(
     teacher_tau: float = TEACHER_TAU,
     student_tau: float = STUDENT_TAU,
     alpha: float = ALPHA,
+    student_queue: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Eq. 2. student_control / student_general: (n, D) views x_1 / x_2; teacher_reference: (n, D);
-    queue: (K, D) instance queue D (constant)."""
-    if not student_control.shape == student_general.shape == teacher_reference.shape:
+    """Eq. 2. student_control / student_general: (n, d) views x_1 / x_2; teacher_reference: (n, D);
+    queue: (K, D) instance queue D (constant), which the student also sees unless
+    ``student_queue`` (K, d) gives the same K instances in the student's coordinates (a Matryoshka
+    prefix against the teacher's full distribution: d < D)."""
+    student_queue = queue if student_queue is None else student_queue
+    if student_control.shape != student_general.shape or len(teacher_reference) != len(student_control):
         raise ValueError(
             f"shapes differ: control {tuple(student_control.shape)}, general "
             f"{tuple(student_general.shape)}, reference {tuple(teacher_reference.shape)}"
         )
+    if student_queue.shape[-1] != student_control.shape[-1] or teacher_reference.shape[-1] != queue.shape[-1]:
+        student_width, teacher_width = student_control.shape[-1], teacher_reference.shape[-1]
+        raise ValueError(
+            f"widths differ: student {student_width} against its queue {student_queue.shape[-1]}, "
+            f"teacher {teacher_width} against its queue {queue.shape[-1]}"
+        )
     if len(queue) == 0:
         raise ValueError("the instance queue is empty: fill it before the first step")
+    if len(student_queue) != len(queue):
+        raise ValueError(f"the queues differ in length: {len(student_queue)} against {len(queue)}")
     with torch.no_grad():
         unit = F.normalize(queue.to(student_control), dim=-1)  # once: K may be 65536 rows
         p_ref = F.softmax(similarity_logits(teacher_reference.to(unit), unit, teacher_tau, True), dim=-1)
-    control = soft_cross_entropy(p_ref, similarity_logits(student_control, unit, student_tau, True))
-    general = soft_cross_entropy(p_ref, similarity_logits(student_general, unit, student_tau, True))
+        seen = unit if student_queue is queue else F.normalize(student_queue.to(unit), dim=-1)
+    control = soft_cross_entropy(p_ref, similarity_logits(student_control, seen, student_tau, True))
+    general = soft_cross_entropy(p_ref, similarity_logits(student_general, seen, student_tau, True))
     return alpha * control + (1 - alpha) * general
 
 
@@ -106,6 +119,7 @@ class ConGenLoss(nn.Module):
         student_tau: float = STUDENT_TAU,
         alpha: float = ALPHA,
         queue_size: int = QUEUE_SIZE,
+        full_targets: bool = False,
     ) -> None:
         super().__init__()
         self.head: nn.Module = (
@@ -114,6 +128,7 @@ class ConGenLoss(nn.Module):
             else nn.Sequential(nn.Linear(student_dim, teacher_dim), nn.Tanh())
         )
         self.teacher_tau, self.student_tau, self.alpha = teacher_tau, student_tau, alpha
+        self.full_targets = full_targets
         self.bank = MemoryBank(queue_size, teacher_dim)
 
     def prefill(self, teacher_embeddings: torch.Tensor) -> None:
@@ -127,8 +142,10 @@ class ConGenLoss(nn.Module):
         teacher_reference: torch.Tensor,
         widths: Widths | None = None,
     ) -> torch.Tensor:
-        """Eq. 2, or with nested ``widths`` its Matryoshka sum: views, reference and queue cut to
-        each width (the teacher side is PCA coordinates, ordered by variance)."""
+        """Eq. 2, or with nested ``widths`` its Matryoshka sum. The student's views and the queue it
+        sees are cut to each width; the teacher's distribution is cut too (PCA coordinates, ordered
+        by variance) unless ``full_targets``, which keeps it at full width for every prefix, as
+        Kusupati et al.'s eq. 1 keeps one label for every width."""
         teacher_reference = teacher_reference.float()
         if self.training:
             self.bank.enqueue(teacher_reference)  # once per batch, whatever the widths
@@ -139,14 +156,16 @@ class ConGenLoss(nn.Module):
             raise ValueError("Matryoshka ConGen needs the student and teacher widths equal (no head)")
 
         def at(m: int) -> torch.Tensor:
+            teacher_width = queue.shape[-1] if self.full_targets else m
             return congen_loss(
                 prefix(control, m),
                 prefix(general, m),
-                prefix(teacher_reference, m),
-                prefix(queue, m),
+                prefix(teacher_reference, teacher_width),
+                prefix(queue, teacher_width),
                 teacher_tau=self.teacher_tau,
                 student_tau=self.student_tau,
                 alpha=self.alpha,
+                student_queue=None if m == teacher_width else prefix(queue, m),
             )
 
         return matryoshka_loss(at, widths)

@@ -69,6 +69,7 @@ def congen_stage(inp: MethodInputs) -> Stage:
         teacher_tau=pick(cfg.teacher_temperature, TEACHER_TAU),
         student_tau=pick(cfg.temperature, STUDENT_TAU),
         queue_size=cfg.queue_size,
+        full_targets=cfg.matryoshka_targets == "full",
     ).to(inp.device)
     rng = np.random.default_rng(cfg.seed)
     sample = rng.choice(len(inp.texts), size=min(cfg.queue_size, len(inp.texts)), replace=False)
@@ -101,6 +102,7 @@ def congen_stage(inp: MethodInputs) -> Stage:
             "student_tau": loss.student_tau,
             "queue_size": cfg.queue_size,
             "hpd_weight": cfg.hpd_weight,
+            "matryoshka_targets": cfg.matryoshka_targets,
             "prefill": len(sample),
             "view1_cache": view1_info,
         },
