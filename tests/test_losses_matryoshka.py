@@ -153,3 +153,25 @@ def test_congen_full_targets_keep_the_teacher_distribution_at_full_width() -> No
     prefix_loss = ConGenLoss(8, 8, queue_size=64)
     prefix_loss.prefill(queue[:20])
     assert got.item() != pytest.approx(prefix_loss(control, general, reference, widths).item(), rel=1e-3)
+
+
+def test_congen_teacher_space_takes_the_distribution_from_the_second_queue() -> None:
+    torch.manual_seed(4)
+    loss = ConGenLoss(8, 8, queue_size=64, space_dim=12)
+    pca, space = torch.randn(20, 8), torch.randn(20, 12)
+    loss.prefill(pca, space)
+    control, general, reference, reference_space = torch.randn(4, 8), torch.randn(4, 8), pca[:4], space[:4]
+    widths = Widths((8, 4), (1.0, 0.5))
+    got = loss(control, general, reference, widths, reference_space)
+    queue, space_queue = loss.bank.vectors(), loss.space_bank.vectors()
+    assert len(queue) == len(space_queue) == 24 and torch.equal(space_queue[-4:], reference_space)
+    want = sum(
+        c
+        * congen_loss(
+            control[:, :m], general[:, :m], reference_space, space_queue, student_queue=queue[:, :m]
+        )
+        for m, c in zip(widths.widths, widths.weights, strict=True)
+    )
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    with pytest.raises(ValueError, match="pass teacher_space"):
+        loss(control, general, reference, widths)

@@ -129,6 +129,13 @@ def train_command(
             "or the teacher's full-width similarities (full)."
         ),
     ] = None,
+    congen_teacher_space: Annotated[
+        str | None,
+        Opt(
+            help="ConGen: the teacher's similarity distribution from its PCA coordinates (pca, the "
+            "default) or from its own full-width embeddings (full)."
+        ),
+    ] = None,
     token_dim: Annotated[int | None, Opt(help="SimTDE token-embedding width.")] = None,
     student_arch: Annotated[
         str | None, Opt(help="transformer | simtde (compact token embeddings, last K layers) for any method.")

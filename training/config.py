@@ -74,6 +74,9 @@ class TrainConfig:
     # What each narrower width of a ConGen student learns: "prefix" (the teacher's PCA coordinates
     # cut to the same width) or "full" (the teacher's full-width similarity distribution).
     matryoshka_targets: str = "prefix"
+    # Where ConGen's teacher distribution is taken: "pca" (the d-dim PCA coordinates the student is
+    # compared with) or "full" (the teacher's own space; for every Matryoshka width).
+    congen_teacher_space: str = "pca"
     # --- methods other than HPD (docs/methods.md); None means the paper's value for the method ---
     # Teacher memory bank (distilcse-ckd) / instance queue (congen), rows.
     queue_size: int = 16_384
@@ -158,6 +161,11 @@ class TrainConfig:
             raise UserError(f"unknown --matryoshka-targets {self.matryoshka_targets!r} (known: {known})")
         if self.matryoshka_targets != "prefix" and self.method != "congen":
             raise UserError(f"--matryoshka-targets full is ConGen's; not for --method {self.method}")
+        if self.congen_teacher_space not in CONGEN_TEACHER_SPACES:
+            known = ", ".join(CONGEN_TEACHER_SPACES)
+            raise UserError(f"unknown --congen-teacher-space {self.congen_teacher_space!r} (known: {known})")
+        if self.congen_teacher_space != "pca" and self.method != "congen":
+            raise UserError(f"--congen-teacher-space is ConGen's; not for --method {self.method}")
         if self.hpd_weight < 0:
             raise UserError("--hpd-weight must not be negative")
         if self.hpd_weight and self.method != "congen":
@@ -171,6 +179,7 @@ class TrainConfig:
 
 
 MATRYOSHKA_TARGETS = ("prefix", "full")
+CONGEN_TEACHER_SPACES = ("pca", "full")
 
 PRESETS: dict[str, TrainConfig] = {
     # End-to-end check of the whole path in a few minutes on 2 CPU cores.

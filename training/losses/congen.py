@@ -120,6 +120,7 @@ class ConGenLoss(nn.Module):
         alpha: float = ALPHA,
         queue_size: int = QUEUE_SIZE,
         full_targets: bool = False,
+        space_dim: int | None = None,
     ) -> None:
         super().__init__()
         self.head: nn.Module = (
@@ -128,12 +129,24 @@ class ConGenLoss(nn.Module):
             else nn.Sequential(nn.Linear(student_dim, teacher_dim), nn.Tanh())
         )
         self.teacher_tau, self.student_tau, self.alpha = teacher_tau, student_tau, alpha
-        self.full_targets = full_targets
+        self.full_targets = full_targets or space_dim is not None
         self.bank = MemoryBank(queue_size, teacher_dim)
+        # The same instances in the teacher's own space (its full width, before PCA): the teacher's
+        # distribution is taken there; the student still compares with ``bank``.
+        self.space_bank = MemoryBank(queue_size, space_dim) if space_dim is not None else None
 
-    def prefill(self, teacher_embeddings: torch.Tensor) -> None:
-        """Initialise D with teacher embeddings of (random) training sentences, oldest first."""
+    def prefill(self, teacher_embeddings: torch.Tensor, teacher_space: torch.Tensor | None = None) -> None:
+        """Initialise D with teacher embeddings of (random) training sentences, oldest first, and
+        with ``space_dim`` the same sentences' embeddings in the teacher's own space."""
         self.bank.enqueue(teacher_embeddings)
+        self._enqueue_space(teacher_space)
+
+    def _enqueue_space(self, teacher_space: torch.Tensor | None) -> None:
+        if self.space_bank is None:
+            return
+        if teacher_space is None:
+            raise ValueError("this ConGen loss keeps the teacher's own space: pass teacher_space")
+        self.space_bank.enqueue(teacher_space.float())
 
     def forward(
         self,
@@ -141,31 +154,43 @@ class ConGenLoss(nn.Module):
         student_general: torch.Tensor,
         teacher_reference: torch.Tensor,
         widths: Widths | None = None,
+        teacher_space: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Eq. 2, or with nested ``widths`` its Matryoshka sum. The student's views and the queue it
         sees are cut to each width; the teacher's distribution is cut too (PCA coordinates, ordered
         by variance) unless ``full_targets``, which keeps it at full width for every prefix, as
-        Kusupati et al.'s eq. 1 keeps one label for every width."""
+        Kusupati et al.'s eq. 1 keeps one label for every width. With ``space_dim`` the teacher's
+        distribution is taken in its own space (``teacher_space``, (n, space_dim)), as in the
+        paper, where the student's head maps to the teacher's width; here the student compares
+        with the same instances' PCA coordinates instead of passing a head."""
         teacher_reference = teacher_reference.float()
         if self.training:
             self.bank.enqueue(teacher_reference)  # once per batch, whatever the widths
+            self._enqueue_space(teacher_space)
         control, general = self.head(student_control.float()), self.head(student_general.float())
-        queue = self.bank.vectors()  # column order does not matter to eq. 1-2
+        queue = self.bank.vectors()  # column order does not matter to eq. 1-2, but both banks share it
+        if self.space_bank is not None:
+            if teacher_space is None:
+                raise ValueError("this ConGen loss keeps the teacher's own space: pass teacher_space")
+            teacher_reference, teacher_queue = teacher_space.float(), self.space_bank.vectors()
+        else:
+            teacher_queue = queue
         widths = widths or Widths.full(control.shape[-1])
         if widths.nested and not isinstance(self.head, nn.Identity):
             raise ValueError("Matryoshka ConGen needs the student and teacher widths equal (no head)")
 
         def at(m: int) -> torch.Tensor:
-            teacher_width = queue.shape[-1] if self.full_targets else m
+            teacher_width = teacher_queue.shape[-1] if self.full_targets else m
+            same = self.space_bank is None and m == teacher_width
             return congen_loss(
                 prefix(control, m),
                 prefix(general, m),
                 prefix(teacher_reference, teacher_width),
-                prefix(queue, teacher_width),
+                prefix(teacher_queue, teacher_width),
                 teacher_tau=self.teacher_tau,
                 student_tau=self.student_tau,
                 alpha=self.alpha,
-                student_queue=None if m == teacher_width else prefix(queue, m),
+                student_queue=None if same else prefix(queue, m),
             )
 
         return matryoshka_loss(at, widths)

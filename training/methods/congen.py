@@ -58,11 +58,15 @@ def congen_stage(inp: MethodInputs) -> Stage:
     first, second = cfg.congen_views
     view1 = aligned_views(inp.texts, first, cfg.seed, cfg.deletion_p, cfg.synonym_p)
     view2 = aligned_views(inp.texts, second, cfg.seed + 1, cfg.deletion_p, cfg.synonym_p)
+    own_space = cfg.congen_teacher_space == "full"
+    space: torch.Tensor | None = None  # z_ref^T in the teacher's own space (--congen-teacher-space full)
     if first == "none":  # the teacher's view is the sentence itself: its targets are the training ones
         reference, view1_info = inp.pca_targets, {"reused": "training targets"}
+        space = inp.full_targets() if own_space else None
     else:
         view1_full, view1_info = inp.teacher.targets(view1)
         reference = torch.from_numpy(inp.pca.transform(view1_full))  # z_ref^T, PCA-d
+        space = torch.from_numpy(np.asarray(view1_full, dtype=np.float16)) if own_space else None
     loss = ConGenLoss(
         cfg.dim,
         cfg.dim,
@@ -70,10 +74,12 @@ def congen_stage(inp: MethodInputs) -> Stage:
         student_tau=pick(cfg.temperature, STUDENT_TAU),
         queue_size=cfg.queue_size,
         full_targets=cfg.matryoshka_targets == "full",
+        space_dim=space.shape[1] if space is not None else None,
     ).to(inp.device)
     rng = np.random.default_rng(cfg.seed)
-    sample = rng.choice(len(inp.texts), size=min(cfg.queue_size, len(inp.texts)), replace=False)
-    loss.prefill(inp.pca_targets[torch.from_numpy(np.sort(sample))].to(inp.device))
+    sample = torch.from_numpy(np.sort(rng.choice(len(inp.texts), min(cfg.queue_size, len(inp.texts)), False)))
+    prefill_space = inp.full_targets()[sample].float().to(inp.device) if own_space else None
+    loss.prefill(inp.pca_targets[sample].to(inp.device), prefill_space)
 
     widths = cfg.widths()
 
@@ -82,7 +88,9 @@ def congen_stage(inp: MethodInputs) -> Stage:
         _, emb = encode_features(student, texts)  # both views in one pass
         control, general = emb.split(len(indices))
         target = reference[indices].to(emb.device)
-        total = loss(control, general, target, widths)
+        total = loss(
+            control, general, target, widths, None if space is None else space[indices].to(emb.device)
+        )
         if cfg.hpd_weight:
             mse = matryoshka_loss(lambda m: hpd_loss(prefix(control, m), prefix(target, m)), widths)
             total = total + cfg.hpd_weight * mse
@@ -103,6 +111,7 @@ def congen_stage(inp: MethodInputs) -> Stage:
             "queue_size": cfg.queue_size,
             "hpd_weight": cfg.hpd_weight,
             "matryoshka_targets": cfg.matryoshka_targets,
+            "teacher_space": cfg.congen_teacher_space,
             "prefill": len(sample),
             "view1_cache": view1_info,
         },
