@@ -45,6 +45,7 @@ def test_hpd_weight_adds_exactly_w_times_the_mse(tiny_bert) -> None:
         ({"method": "hpd", "matryoshka_targets": "full"}, "not for --method hpd"),
         ({"method": "congen", "congen_teacher_space": "both"}, "unknown --congen-teacher-space 'both'"),
         ({"method": "ibkd", "congen_teacher_space": "full"}, "not for --method ibkd"),
+        ({"method": "hpd", "pca_whiten": 1.5}, "--pca-whiten must be in"),
     ],
 )
 def test_bad_combined_objective_flags_are_user_errors(overrides, message) -> None:

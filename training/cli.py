@@ -129,6 +129,12 @@ def train_command(
             "or the teacher's full-width similarities (full)."
         ),
     ] = None,
+    pca_whiten: Annotated[
+        float | None,
+        Opt(
+            help="Partially whiten the PCA targets: component variances v become v^(1 - P); 0 keeps the PCA."
+        ),
+    ] = None,
     congen_teacher_space: Annotated[
         str | None,
         Opt(

@@ -71,6 +71,8 @@ class TrainConfig:
     # first and starting at dim (e.g. 128, 64, 32); empty: dim only. One weight per width (default 1).
     matryoshka: tuple[int, ...] = ()
     matryoshka_weights: tuple[float, ...] = ()
+    # Partial whitening of the PCA targets: component variances v become v^(1 - p) (0: plain PCA).
+    pca_whiten: float = 0.0
     # What each narrower width of a ConGen student learns: "prefix" (the teacher's PCA coordinates
     # cut to the same width) or "full" (the teacher's full-width similarity distribution).
     matryoshka_targets: str = "prefix"
@@ -166,6 +168,8 @@ class TrainConfig:
             raise UserError(f"unknown --congen-teacher-space {self.congen_teacher_space!r} (known: {known})")
         if self.congen_teacher_space != "pca" and self.method != "congen":
             raise UserError(f"--congen-teacher-space is ConGen's; not for --method {self.method}")
+        if not 0.0 <= self.pca_whiten <= 1.0:
+            raise UserError(f"--pca-whiten must be in [0, 1], got {self.pca_whiten}")
         if self.hpd_weight < 0:
             raise UserError("--hpd-weight must not be negative")
         if self.hpd_weight and self.method != "congen":

@@ -313,12 +313,13 @@ def run_training(
         pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
         aug_targets = [pca_fit_targets if s == pca_texts else teacher.targets(s)[0] for s in extra_sets]
     with clock.stage("pca"):
-        pca = PCATargets.fit(np.asarray(pca_fit_targets, dtype=np.float32), cfg.dim, cfg.seed)
+        pca = PCATargets.fit(np.asarray(pca_fit_targets, dtype=np.float32), cfg.dim, cfg.seed, cfg.pca_whiten)
         all_texts = texts + [t for s in extra_sets for t in s]
         targets = torch.from_numpy(
             np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])
         )
-        np.savez(workdir / "pca.npz", mean=pca.mean, components=pca.components)
+        scale = pca.scale if pca.scale is not None else np.ones(len(pca.components), np.float32)
+        np.savez(workdir / "pca.npz", mean=pca.mean, components=pca.components, scale=scale)
     with clock.stage("teacher_reference"):
         reference = _teacher_reference(teacher, pca, sts_dir)
         log.info("teacher reference: %s", reference)
