@@ -20,6 +20,7 @@ from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, retrieval_scores, verdict
 from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
 from teacher_ensemble import render as render_ensemble
+from teacher_whitening import render as render_whitening
 from timing import interleaved_seconds
 
 
@@ -261,3 +262,17 @@ def test_teacher_ensemble_table_names_the_best_weight_on_dev() -> None:
     assert lines[0] == "| teacher | STS-B dev | STS-B test |"
     assert lines[3] == "| a 0.7 + b 0.3 | 88.41 | 83.73 |"
     assert lines[-1] == "Best weight on STS-B dev: **a 0.7 + b 0.3**."
+
+
+def test_teacher_whitening_table_names_the_best_power_on_dev_per_teacher() -> None:
+    result = {
+        "spearman": {
+            "a, whitening 0": {"dev": 87.75, "test": 83.21},
+            "a, whitening 0.25": {"dev": 87.74, "test": 83.71},
+        },
+        "best_on_dev": {"a": "a, whitening 0"},
+    }
+    lines = render_whitening(result).splitlines()
+    assert lines[0] == "| teacher, PCA | STS-B dev | STS-B test |"
+    assert lines[3] == "| a, whitening 0.25 | 87.74 | 83.71 |"
+    assert lines[-1] == "Best on STS-B dev: a: **a, whitening 0**."
