@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from training.data.sts import distinct_sentences, load_stsb_split
-    from training.evaluation import evaluate_pairs
+    from training.evaluation import evaluate_vectors
     from training.teacher_ensemble import combine
     from training.teacher_targets import Teacher
 
@@ -67,9 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         for w in weights:
             candidates[f"{args.teacher} {1 - w:g} + {args.member} {w:g}"] = combine(vectors, [1 - w, w])
         for name, rows in candidates.items():
-            lookup = dict(zip(sentences, np.asarray(rows, dtype=np.float32), strict=True))
-            score = evaluate_pairs(lambda texts, t=lookup: np.stack([t[x] for x in texts]), pairs)
-            spearman.setdefault(name, {})[split] = round(score, 2)
+            spearman.setdefault(name, {})[split] = round(evaluate_vectors(sentences, rows, pairs), 2)
     mixes = [name for name in spearman if " + " in name]
     result = {
         "splits": list(splits),

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from training.data.sts import distinct_sentences, load_stsb_split, read_stsb
-    from training.evaluation import evaluate_pairs
+    from training.evaluation import evaluate_vectors
     from training.losses.hpd import PCATargets
     from training.teacher_targets import Teacher
 
@@ -66,12 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     full = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
     reduced = pca.transform(full)  # components by explained variance: a width is a prefix
     scores = {full.shape[1]: full} | {w: reduced[:, :w] for w in widths}
-    spearman = {}
-    for width, vectors in scores.items():
-        lookup = dict(zip(sentences, vectors, strict=True))
-        spearman[width] = round(
-            evaluate_pairs(lambda texts, t=lookup: np.stack([t[x] for x in texts]), pairs), 2
-        )
+    spearman = {
+        width: round(evaluate_vectors(sentences, vectors, pairs), 2) for width, vectors in scores.items()
+    }
     result = {
         "teacher": args.teacher,
         "dim": full.shape[1],

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from training.data.sts import distinct_sentences, load_stsb_split, read_stsb
-    from training.evaluation import evaluate_pairs
+    from training.evaluation import evaluate_vectors
     from training.losses.hpd import PCATargets
     from training.teacher_ensemble import combine
     from training.teacher_targets import Teacher
@@ -76,9 +76,8 @@ def main(argv: list[str] | None = None) -> None:
             for split in ("dev", "test"):
                 pairs = load_stsb_split(args.sts_dir, split)
                 sentences = distinct_sentences(pairs)
-                lookup = dict(zip(sentences, pca.transform(vectors(sentences)[teacher]), strict=True))
-                score = evaluate_pairs(lambda texts, t=lookup: np.stack([t[x] for x in texts]), pairs)
-                spearman.setdefault(name, {})[split] = round(score, 2)
+                reduced = pca.transform(vectors(sentences)[teacher])
+                spearman.setdefault(name, {})[split] = round(evaluate_vectors(sentences, reduced, pairs), 2)
             if teacher not in best or spearman[name]["dev"] > spearman[best[teacher]]["dev"]:
                 best[teacher] = name
     result = {"spearman": spearman, "best_on_dev": best, "run": run_info("bench/teacher_whitening.py", argv)}

@@ -241,3 +241,16 @@ def test_minilm_on_stsb_test(tmp_path, shared_data):
 
     with pytest.raises(UserError, match="model not found"):
         eval_cli.load_sentence_encoder("no-such-model")
+
+
+def test_evaluate_vectors_looks_up_each_pair_s_sentences() -> None:
+    from training.data.sts import STSPair
+    from training.evaluation import evaluate_vectors
+
+    sentences = ["a", "b", "c"]
+    vectors = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]])
+    # cosines: (a, b) 0.995, (a, c) 0, (b, c) 0.0995: the same order as the gold scores
+    pairs = [STSPair("a", "b", 5.0), STSPair("a", "c", 0.0), STSPair("b", "c", 1.0)]
+    assert evaluate_vectors(sentences, vectors, pairs) == pytest.approx(100.0)
+    reversed_gold = [STSPair(p.sentence1, p.sentence2, 5.0 - p.score) for p in pairs]
+    assert evaluate_vectors(sentences, vectors, reversed_gold) == pytest.approx(-100.0)

@@ -26,6 +26,7 @@ from training.evaluation import (
     evaluate_model_pairs,
     evaluate_pairs,
     evaluate_sts,
+    evaluate_vectors,
     memoised,
     sentence_transformer_encoder,
     truncated,
@@ -161,9 +162,7 @@ def _teacher_reference(teacher: AnyTeacher, pca: PCATargets, sts_dir: Path) -> d
         pairs, sentences = _reference_sentences(sts_dir, split)
         full = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
         for name, vectors in (("full", full), (f"pca{len(pca.components)}", pca.transform(full))):
-            lookup = dict(zip(sentences, vectors, strict=True))
-            score = evaluate_pairs(lambda texts, table=lookup: np.stack([table[t] for t in texts]), pairs)
-            out[f"stsb_{split}_{name}"] = round(score, 2)
+            out[f"stsb_{split}_{name}"] = round(evaluate_vectors(sentences, vectors, pairs), 2)
     return out
 
 
