@@ -67,16 +67,19 @@ def main(argv: list[str] | None = None) -> None:
         return {args.teacher: rows[0], mix: combine(rows, [1 - args.member_weight, args.member_weight])}
 
     fit = vectors(distinct_sentences(read_stsb(Path(args.sts_dir) / "stsbenchmark" / "sts-train.csv")))
+    splits = {}  # split: (pairs, distinct sentences, each teacher's vectors of them), read once
+    for split in ("dev", "test"):
+        pairs = load_stsb_split(args.sts_dir, split)
+        sentences = distinct_sentences(pairs)
+        splits[split] = (pairs, sentences, vectors(sentences))
     spearman: dict[str, dict[str, float]] = {}
     best: dict[str, str] = {}
     for teacher, fitted in fit.items():
         for power in (float(p) for p in args.powers.split(",")):
             pca = PCATargets.fit(fitted, args.dim, whiten=power)
             name = f"{teacher}, PCA-{args.dim}, whitening {power:g}"
-            for split in ("dev", "test"):
-                pairs = load_stsb_split(args.sts_dir, split)
-                sentences = distinct_sentences(pairs)
-                reduced = pca.transform(vectors(sentences)[teacher])
+            for split, (pairs, sentences, split_vectors) in splits.items():
+                reduced = pca.transform(split_vectors[teacher])
                 spearman.setdefault(name, {})[split] = round(evaluate_vectors(sentences, reduced, pairs), 2)
             if teacher not in best or spearman[name]["dev"] > spearman[best[teacher]]["dev"]:
                 best[teacher] = name

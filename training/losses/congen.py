@@ -142,11 +142,13 @@ class ConGenLoss(nn.Module):
         self._enqueue_space(teacher_space)
 
     def _enqueue_space(self, teacher_space: torch.Tensor | None) -> None:
-        if self.space_bank is None:
-            return
+        if self.space_bank is not None:
+            self.space_bank.enqueue(self._checked_space(teacher_space))
+
+    def _checked_space(self, teacher_space: torch.Tensor | None) -> torch.Tensor:
         if teacher_space is None:
             raise ValueError("this ConGen loss keeps the teacher's own space: pass teacher_space")
-        self.space_bank.enqueue(teacher_space.float())
+        return teacher_space.float()
 
     def forward(
         self,
@@ -169,12 +171,9 @@ class ConGenLoss(nn.Module):
             self._enqueue_space(teacher_space)
         control, general = self.head(student_control.float()), self.head(student_general.float())
         queue = self.bank.vectors()  # column order does not matter to eq. 1-2, but both banks share it
+        teacher_queue = queue
         if self.space_bank is not None:
-            if teacher_space is None:
-                raise ValueError("this ConGen loss keeps the teacher's own space: pass teacher_space")
-            teacher_reference, teacher_queue = teacher_space.float(), self.space_bank.vectors()
-        else:
-            teacher_queue = queue
+            teacher_reference, teacher_queue = self._checked_space(teacher_space), self.space_bank.vectors()
         widths = widths or Widths.full(control.shape[-1])
         if widths.nested and not isinstance(self.head, nn.Identity):
             raise ValueError("Matryoshka ConGen needs the student and teacher widths equal (no head)")

@@ -58,15 +58,15 @@ def congen_stage(inp: MethodInputs) -> Stage:
     first, second = cfg.congen_views
     view1 = aligned_views(inp.texts, first, cfg.seed, cfg.deletion_p, cfg.synonym_p)
     view2 = aligned_views(inp.texts, second, cfg.seed + 1, cfg.deletion_p, cfg.synonym_p)
-    own_space = cfg.congen_teacher_space == "full"
-    space: torch.Tensor | None = None  # z_ref^T in the teacher's own space (--congen-teacher-space full)
+    # The training sentences' full-width targets, when ConGen's distribution is taken in the teacher's
+    # own space (--congen-teacher-space full): the prefill reads them, and the "none" view reuses them.
+    full = inp.full_targets() if cfg.congen_teacher_space == "full" else None
     if first == "none":  # the teacher's view is the sentence itself: its targets are the training ones
-        reference, view1_info = inp.pca_targets, {"reused": "training targets"}
-        space = inp.full_targets() if own_space else None
+        reference, view1_info, space = inp.pca_targets, {"reused": "training targets"}, full
     else:
         view1_full, view1_info = inp.teacher.targets(view1)
         reference = torch.from_numpy(inp.pca.transform(view1_full))  # z_ref^T, PCA-d
-        space = torch.from_numpy(np.asarray(view1_full, dtype=np.float16)) if own_space else None
+        space = None if full is None else torch.from_numpy(np.asarray(view1_full, dtype=np.float16))
     loss = ConGenLoss(
         cfg.dim,
         cfg.dim,
@@ -78,7 +78,7 @@ def congen_stage(inp: MethodInputs) -> Stage:
     ).to(inp.device)
     rng = np.random.default_rng(cfg.seed)
     sample = torch.from_numpy(np.sort(rng.choice(len(inp.texts), min(cfg.queue_size, len(inp.texts)), False)))
-    prefill_space = inp.full_targets()[sample].float().to(inp.device) if own_space else None
+    prefill_space = None if full is None else full[sample].float().to(inp.device)
     loss.prefill(inp.pca_targets[sample].to(inp.device), prefill_space)
 
     widths = cfg.widths()
