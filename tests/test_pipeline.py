@@ -139,12 +139,12 @@ def test_cli_bad_input_is_one_line(args, message, tiny_teacher, tiny_bert, tiny_
     assert "Traceback" not in result.stderr
 
 
-def test_congen_preset_is_the_default_models_recipe() -> None:
-    """`--preset congen-mpnet-cpu` reproduces models/default: its training config, field by field
+def test_congen_ens_preset_is_the_default_models_recipe() -> None:
+    """`--preset congen-ens-mpnet-cpu` reproduces models/default: its training config, field by field
     (device and stage-2 settings aside: congen has no stage 2 and the preset leaves device to auto)."""
     provenance = json.loads((ROOT / "models" / "default" / "provenance.json").read_text())
     shipped = provenance["train_config"]
-    preset = asdict(make_config("congen-mpnet-cpu", {}))
+    preset = asdict(make_config("congen-ens-mpnet-cpu", {}))
     ignored = {"device", "extra", "finetune_epochs"}
     differing = {
         key: (preset[key], value)

@@ -33,7 +33,8 @@ def train_command(
     preset: Annotated[
         str | None,
         Opt(
-            help="smoke | hpd-mpnet | hpd-mpnet-cpu | congen-mpnet-cpu (docs/training.md); flags override it."
+            help="smoke | hpd-mpnet | hpd-mpnet-cpu | congen-mpnet-cpu | congen-ens-mpnet-cpu "
+            "(docs/training.md); flags override it."
         ),
     ] = None,
     method: Annotated[
