@@ -236,10 +236,10 @@ PRESETS: dict[str, TrainConfig] = {
         save_every=250,
     ),
 }
-# models/default's recipe: hpd-mpnet-cpu's data and batches (as bench/methods.py ran it), with ConGen on
-# the first 4,096 Wikipedia sentences plus the STS-B train sentences, 2 epochs (458 steps), projection
-# warm-started by ridge regression: 5 min of teacher targets and 16 min of training on 2 cores, STS-B
-# test 83.01 (docs/training.md).
+# The previous default's recipe (until stop 34): hpd-mpnet-cpu's data and batches (as bench/methods.py
+# ran it), with ConGen on the first 4,096 Wikipedia sentences plus the STS-B train sentences, 2 epochs
+# (458 steps), projection warm-started by ridge regression: 5 min of teacher targets and 16 min of
+# training on 2 cores, STS-B test 83.01 (docs/training.md).
 PRESETS["congen-mpnet-cpu"] = replace(
     PRESETS["hpd-mpnet-cpu"],
     method="congen",
@@ -252,7 +252,7 @@ PRESETS["congen-mpnet-cpu"] = replace(
 )
 # models/default's recipe since stop 34: congen-mpnet-cpu taught by mpnet 0.7 + all-MiniLM-L6-v2 0.3
 # (concatenated, PCA to 128-d; decision 35) and trained on no text of STS-B test or of the Quora pairs
-# the retrieval benchmark uses. 20 min of teacher targets on a cold cache, 15 min of training on 2 cores.
+# the retrieval benchmark uses. About 20 min of teacher targets on a cold cache, 13-21 min of training.
 PRESETS["congen-ens-mpnet-cpu"] = replace(
     PRESETS["congen-mpnet-cpu"],
     ensemble_teachers=("all-MiniLM-L6-v2:0.3",),
