@@ -82,6 +82,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="runs/bundles/minilm",
         help="int8 bundle of all-MiniLM-L6-v2 the speeds are compared with (exported here if missing)",
     )
+    parser.add_argument(
+        "--reference-model",
+        default="all-MiniLM-L6-v2",
+        help="folder or packaged name the reference bundle is exported from when missing",
+    )
     parser.add_argument("--speed-repeats", type=int, default=5, help="timed rounds per bundle (median)")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0: all cores)")
     parser.add_argument("--out", default="bench/results/methods.json")
@@ -247,7 +252,7 @@ def _export_reference(path: Path, args: argparse.Namespace, console: Console) ->
     if (path / "manifest.json").exists():
         return True
     console.print(f"exporting the all-MiniLM-L6-v2 reference bundle to {path}")
-    cmd = [*CLI, "export", "--model", "all-MiniLM-L6-v2", "--out", str(path)]
+    cmd = [*CLI, "export", "--model", args.reference_model, "--out", str(path)]
     rc, _ = _run(cmd, Path(args.runs_dir) / "logs" / "reference.export.log", dict(os.environ))
     return rc == 0
 

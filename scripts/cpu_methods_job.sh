@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The methods table at the medium CPU budget (docs/methods.md; issue 24), one resumable command:
-# the six methods and the SimTDE-student variant, each on the first 100,000 Wikipedia sentences plus
-# the STS-B train sentences, one epoch of 64 (1,727 steps), projection from the ridge warm start.
+# the six methods, the SimTDE-student variant and ConGen plus HPD's MSE (--hpd-weight 1), each on
+# the first 100,000 Wikipedia sentences plus the STS-B train sentences, one epoch of 64 (1,727
+# steps), projection from the ridge warm start.
 # About 2-2.5 h of the 2 cores per row. bench/methods.py skips a finished row and resumes an
 # unfinished one, so rerun the same command after an interruption; pause it (kill -STOP) while
 # benchmarking. The mpnet targets of the 100,000 sentences are the ones bench/compression.py and
@@ -15,4 +16,5 @@ exec .venv/bin/python bench/methods.py --preset hpd-mpnet-cpu --teacher all-mpne
   --n-sentences 100000 --epochs 1 --batch-size 64 --lr 5e-5 --eval-every 250 --save-every 250 \
   --device cpu --finetune-epochs 1 --train-arg "--init-projection ridge" \
   --variant "congen-simtde=congen --student-arch simtde --lr 1.5e-4" \
+  --variant "congen-hpd=congen --hpd-weight 1" \
   --runs-dir runs/methods-100k --out bench/results/methods-100k.json "$@"

@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# The method comparison on a lent GPU machine (docs/methods.md): same inputs as
-# scripts/gpu_hpd_job.sh (tar parts in /tmp/parts, wheels installed in /tmp/site), every method at
-# one budget, trained 6 at a time, then exported. Results land in /tmp/w/result.
+# The medium-budget methods table (scripts/cpu_methods_job.sh's rows and flags) on a lent GPU
+# machine: the same bench/methods.py command with --device cuda and all rows trained at once.
+# Inputs: the parts of `python scripts/gpu_pack.py pack` copied to /tmp/parts (one folder per call).
+# Results: $OUT (or /tmp/w/result): the JSON, the rendered table, the logs, every checkpoint's
+# manifest and curve, and the hpd / ibkd int8 bundles in 15 MB pieces. Extra arguments go to
+# bench/methods.py (a dry run on the CPU: PY=.venv/bin/python ... --device cpu --n-sentences 512).
 set -euo pipefail
-W=/tmp/w
-mkdir -p "$W"
-[ -d "$W/mpnet-fp16" ] || cat /tmp/parts/part_* | tar -x -C "$W"
-export PYTHONPATH=/tmp/site:$PWD:$PWD/bench DISTILEMBED_DATA_DIR=$W/data HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-python3 bench/methods.py --preset hpd-mpnet --teacher "$W/mpnet-fp16" --student "$W/minilm-fp16" \
-  --corpus unlabeled/wiki500k.txt.gz --n-sentences "${N_SENTENCES:-200000}" --epochs 1 --batch-size 128 \
-  --lr 2e-4 --teacher-batch-size 256 --device cuda --jobs 6 --runs-dir "$W/methods" \
-  > "$W/methods.log" 2>&1 || echo "methods.py exited $?" >> "$W/methods.log"
-mkdir -p "$W/result/pack/bundles"
-cp bench/results/methods.json docs/methods.md "$W/methods.log" "$W/result/pack/" 2>/dev/null || true
-cp -r "$W/methods/logs" "$W/result/pack/" 2>/dev/null || true
-for m in "$W"/methods/*/; do
-  name=$(basename "$m")
-  if [ -f "$m/manifest.json" ]; then cp "$m/manifest.json" "$W/result/pack/$name.manifest.json"; fi
+W=${W:-/tmp/w}
+PY=${PY:-python3}
+RESULT=${OUT:-$W/result}
+mkdir -p "$W" "$RESULT"
+[ -d "$W/teacher" ] || "$PY" scripts/gpu_pack.py unpack /tmp/parts "$W"
+[ -d "$W/site/transformers" ] ||
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$W"/wheels/*.whl
+export PYTHONPATH=$W/site:$PWD:$PWD/bench DISTILEMBED_DATA_DIR=$W/data HF_HUB_OFFLINE=1
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
+rc=0
+"$PY" bench/methods.py --preset hpd-mpnet-cpu --teacher "$W/teacher" --student "$W/student" \
+  --corpus unlabeled/enwiki2015_1m_sentences.txt.gz \
+  --n-sentences 100000 --epochs 1 --batch-size 64 --lr 5e-5 --eval-every 250 --save-every 250 \
+  --device cuda --teacher-batch-size 256 --finetune-epochs 1 --train-arg "--init-projection ridge" \
+  --variant "congen-simtde=congen --student-arch simtde --lr 1.5e-4" \
+  --variant "congen-hpd=congen --hpd-weight 1" \
+  --jobs 8 --threads 2 --runs-dir "$W/methods" --reference-model "$W/student" \
+  --reference-bundle "$W/methods/bundles/all-MiniLM-L6-v2" \
+  --out "$W/methods-100k.json" --doc "$W/methods.md" "$@" > "$W/methods.log" 2>&1 || rc=$?
+echo "methods.py exit $rc" >> "$W/methods.log"
+cp "$W/methods-100k.json" "$W/methods.md" "$RESULT/" 2>/dev/null || true
+(cd "$W/methods" && tar -czf "$RESULT/runs-meta.tar.gz" logs ./*/manifest.json ./*/training_curve.json \
+  bundles/*/manifest.json 2>/dev/null) || true
+cp "$W/methods.log" "$RESULT/"
+for name in hpd ibkd; do
+  b="$W/methods/bundles/$name"
+  if [ -f "$b/manifest.json" ]; then
+    (cd "$b/.." && tar -cf - "$name") | split -b 15M - "$RESULT/bundle-$name.tar."
+  fi
 done
-for b in "$W"/methods/bundles/*/; do
-  name=$(basename "$b")
-  if [ -f "$b/manifest.json" ]; then cp "$b/manifest.json" "$W/result/pack/bundles/$name.manifest.json"; fi
-done
-if [ -f "$W/methods/bundles/simtde/model.int8.onnx" ]; then
-  mkdir -p "$W/result/pack/simtde-bundle"
-  cp "$W"/methods/bundles/simtde/{manifest.json,model.int8.onnx,tokenizer.json} "$W/result/pack/simtde-bundle/"
-fi
-cd "$W/result" && tar -cf - pack | split -b 15M - r_
-ls -la "$W/result"
 touch "$W/DONE"
+ls -la "$RESULT"
