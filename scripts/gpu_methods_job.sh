@@ -33,7 +33,9 @@ cp "$W/methods.log" "$RESULT/"
 for name in hpd ibkd; do
   b="$W/methods/bundles/$name"
   if [ -f "$b/manifest.json" ]; then
-    (cd "$b/.." && tar -cf - "$name") | split -b 15M - "$RESULT/bundle-$name.tar."
+    # The int8 bundle as models/default ships it (the fp32 graph stays behind).
+    (cd "$b/.." && tar -cf - "$name"/{manifest.json,model.int8.onnx,tokenizer.json}) |
+      split -b 15M - "$RESULT/bundle-$name.tar."
   fi
 done
 touch "$W/DONE"

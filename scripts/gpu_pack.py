@@ -26,7 +26,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-WHEELS = ("transformers==4.57.6", "sentence-transformers==5.7.0", "tokenizers==0.22.2", "huggingface_hub==0.36.2")
+WHEELS = (
+    "transformers==4.57.6",
+    "sentence-transformers==5.7.0",
+    "tokenizers==0.22.2",
+    "huggingface_hub==0.36.2",
+)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 DATA = ("sts/stsbenchmark", "nli")
 SCALE = ".__row_scale"
@@ -87,8 +92,21 @@ def _first_lines(path: Path, n: int) -> bytes:
 
 def _wheels(dest: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--implementation", "cp", "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "-d",
+        str(dest),
+    ]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     subprocess.run([*cmd, *WHEELS], check=True)
