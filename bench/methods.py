@@ -72,6 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME=METHOD [FLAGS]",
         help="an extra row: METHOD with extra train flags, e.g. 'congen-simtde=congen --student-arch simtde'",
     )
+    parser.add_argument("--rows", nargs="+", help="only these rows (methods or variant names); default: all")
     parser.add_argument("--jobs", type=int, default=1, help="methods trained at the same time")
     parser.add_argument("--runs-dir", default="runs/methods", help="checkpoints, bundles and logs")
     parser.add_argument("--data-dir", default=os.environ.get("DISTILEMBED_DATA_DIR"))
@@ -99,7 +100,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.variants = parse_variants(args.variant)
     except ValueError as exc:
         parser.error(str(exc))
-    args.rows = [*args.methods, *args.variants]
+    rows = [*args.methods, *args.variants]
+    if args.rows:
+        unknown = [r for r in args.rows if r not in rows]
+        if unknown:
+            parser.error(f"unknown row {unknown[0]!r} (known: {', '.join(rows)})")
+        rows = [r for r in rows if r in args.rows]
+    args.rows = rows
     if args.jobs < 1:
         parser.error("--jobs must be positive")
     return args
@@ -269,6 +276,8 @@ def measure_speeds(rows: list[dict[str, Any]], args: argparse.Namespace, console
     from export.runtime import Encoder
 
     bundles = {r["method"]: Path(r["bundle"]) for r in rows if r.get("bundle")}
+    if not bundles:
+        return {}
     reference = Path(args.reference_bundle)
     if _export_reference(reference, args, console):
         bundles = {"all-MiniLM-L6-v2": reference, **bundles}

@@ -17,4 +17,6 @@ exec .venv/bin/python bench/methods.py --preset hpd-mpnet-cpu --teacher all-mpne
   --device cpu --finetune-epochs 1 --train-arg "--init-projection ridge" \
   --variant "congen-simtde=congen --student-arch simtde --lr 1.5e-4" \
   --variant "congen-hpd=congen --hpd-weight 1" \
+  --variant "ibkd-random=ibkd --init-projection random" \
+  --variant "distilcse-ckd-random=distilcse-ckd --init-projection random" \
   --runs-dir runs/methods-100k --out bench/results/methods-100k.json "$@"

@@ -22,7 +22,9 @@ rc=0
   --device cuda --teacher-batch-size 256 --finetune-epochs 1 --train-arg "--init-projection ridge" \
   --variant "congen-simtde=congen --student-arch simtde --lr 1.5e-4" \
   --variant "congen-hpd=congen --hpd-weight 1" \
-  --jobs 8 --threads 2 --runs-dir "$W/methods" --reference-model "$W/student" \
+  --variant "ibkd-random=ibkd --init-projection random" \
+  --variant "distilcse-ckd-random=distilcse-ckd --init-projection random" \
+  --jobs 10 --threads 2 --runs-dir "$W/methods" --reference-model "$W/student" \
   --reference-bundle "$W/methods/bundles/all-MiniLM-L6-v2" \
   --out "$W/methods-100k.json" --doc "$W/methods.md" "$@" > "$W/methods.log" 2>&1 || rc=$?
 echo "methods.py exit $rc" >> "$W/methods.log"
