@@ -72,7 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME=METHOD [FLAGS]",
         help="an extra row: METHOD with extra train flags, e.g. 'congen-simtde=congen --student-arch simtde'",
     )
-    parser.add_argument("--rows", nargs="+", help="only these rows (methods or variant names); default: all")
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        help="only these rows (methods or variant names), merged into an existing --out and its table",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="methods trained at the same time")
     parser.add_argument("--runs-dir", default="runs/methods", help="checkpoints, bundles and logs")
     parser.add_argument("--data-dir", default=os.environ.get("DISTILEMBED_DATA_DIR"))
@@ -92,6 +96,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0: all cores)")
     parser.add_argument("--out", default="bench/results/methods.json")
     parser.add_argument("--doc", default="docs/methods.md", help="markdown file whose Results it rewrites")
+    parser.add_argument(
+        "--render-from",
+        nargs="+",
+        metavar="JSON",
+        help="measure nothing: merge these runs' JSON (a later file's row replaces an earlier one of the "
+        "same name) into --out and the doc's table, e.g. the results of scripts/gpu_methods_job.sh",
+    )
+    parser.add_argument("--note", help="the sentence above the table (default: the command and date)")
     args = parser.parse_args(argv)
     unknown = [m for m in args.methods if m not in METHODS]
     if unknown:
@@ -106,6 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if unknown:
             parser.error(f"unknown row {unknown[0]!r} (known: {', '.join(rows)})")
         rows = [r for r in rows if r in args.rows]
+    args.subset = bool(args.rows)
     args.rows = rows
     if args.jobs < 1:
         parser.error("--jobs must be positive")
@@ -344,9 +357,44 @@ def rewrite_doc(doc: Path, table: str, note: str) -> None:
     doc.write_text(f"{head}{START}\n{note}\n\n{table}\n{END}{tail}")
 
 
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report from several runs': rows by name (a later run's wins), speeds merged, runs kept."""
+    rows: dict[str, dict[str, Any]] = {}
+    rates: dict[str, float] = {}
+    runs: list[dict[str, Any]] = []
+    for report in reports:
+        runs += report.get("runs") or [{"command": report.get("command"), "speed": report.get("speed", {})}]
+        rates |= report.get("speed", {}).get("sent_per_s", {})
+        rows |= {row["method"]: row for row in report["rows"]}
+    merged = list(rows.values())
+    add_comparisons(merged, {"sent_per_s": rates})
+    return {"runs": runs, "speed": {"sent_per_s": rates}, "rows": merged}
+
+
+def print_table(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="distillation methods, one budget")
+    for name, _, _ in COLUMNS:
+        table.add_column(name, justify="left" if name == "method" else "right")
+    for row in rows:
+        table.add_row(*_cells(row))
+    console.print(table)
+
+
+def render_only(args: argparse.Namespace, console: Console) -> int:
+    report = merge_reports([json.loads(Path(p).read_text()) for p in args.render_from])
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    note = args.note or f"Rendered from {', '.join(f'`{p}`' for p in args.render_from)}."
+    rewrite_doc(Path(args.doc), markdown_table(report["rows"]), note)
+    print_table(report["rows"], console)
+    console.print(f"wrote {args.out} and the Results of {args.doc}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console()
+    if args.render_from:
+        return render_only(args, console)
     todo = [m for m in args.rows if not (Path(args.runs_dir) / m / "manifest.json").exists()]
     if args.jobs > 1 and len(todo) > 1:
         warm_cache(args)
@@ -361,15 +409,15 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python bench/methods.py", *(argv if argv is not None else sys.argv[1:])])
     report = {"command": command, "train_flags": train_flags(args), "speed": speeds, "rows": rows}
+    if args.subset and out.exists():  # --rows re-measures some rows of the table, not the table
+        report = merge_reports([json.loads(out.read_text()), report])
     out.write_text(json.dumps(report, indent=2))
-    note = f"Measured by `{command}` ({time.strftime('%Y-%m-%d')}); raw figures in `{out.as_posix()}`."
-    rewrite_doc(Path(args.doc), markdown_table(rows), note)
-    table = Table(title="distillation methods, one budget")
-    for name, _, _ in COLUMNS:
-        table.add_column(name, justify="left" if name == "method" else "right")
-    for row in rows:
-        table.add_row(*_cells(row))
-    console.print(table)
+    note = (
+        args.note
+        or f"Measured by `{command}` ({time.strftime('%Y-%m-%d')}); raw figures in `{out.as_posix()}`."
+    )
+    rewrite_doc(Path(args.doc), markdown_table(report["rows"]), note)
+    print_table(report["rows"], console)
     console.print(f"wrote {out} and the Results of {args.doc}")
     failed = [r["method"] for r in rows if "stsb_test" not in r or str(r.get("export", "ok")) != "ok"]
     if failed:

@@ -15,7 +15,7 @@ import encode
 import numpy as np
 from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
-from methods import add_comparisons, parse_args, train_command
+from methods import add_comparisons, merge_reports, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, retrieval_scores, verdict
 from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
@@ -63,6 +63,28 @@ def test_variant_rows_train_their_method_with_extra_flags_last() -> None:
     assert cmd[cmd.index("--out") + 1] == str(Path("runs/x/congen-simtde"))
     assert cmd[-4:] == ["--student-arch", "simtde", "--lr", "1.5e-4"]  # last wins over the shared --lr
     assert train_command("hpd", args, Path("o"))[-2:] == ["--lr", "5e-05"]
+
+
+def test_rows_keeps_only_the_named_rows_and_refuses_unknown_ones() -> None:
+    variant = ["--variant", "ibkd-random=ibkd --init-projection random"]
+    args = parse_args([*variant, "--rows", "ibkd-random", "hpd"])
+    assert args.rows == ["hpd", "ibkd-random"]  # the table's order, not the flag's
+    with pytest.raises(SystemExit):
+        parse_args(["--rows", "nonesuch"])
+
+
+def test_runs_merge_by_row_name_and_compare_across_runs() -> None:
+    first = {
+        "command": "one",
+        "speed": {"sent_per_s": {"all-MiniLM-L6-v2": 500.0, "hpd": 500.0}},
+        "rows": [{"method": "hpd", "stsb_test": 80.0}, {"method": "ibkd", "stsb_test": 79.0}],
+    }
+    second = {"command": "two", "speed": {}, "rows": [{"method": "ibkd", "stsb_test": 81.0}]}
+    merged = merge_reports([first, second])
+    assert [r["method"] for r in merged["rows"]] == ["hpd", "ibkd"]
+    assert merged["rows"][1]["stsb_test_vs_hpd"] == pytest.approx(1.0)  # the later run's ibkd
+    assert merged["rows"][0]["speedup_vs_minilm"] == pytest.approx(1.0)
+    assert [run["command"] for run in merged["runs"]] == ["one", "two"]
 
 
 @pytest.mark.parametrize("spec", ["no-equals", "x=", "x=nomethod", "hpd=congen", "y=congen", "y=hpd"])
