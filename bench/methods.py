@@ -313,11 +313,16 @@ def add_comparisons(rows: list[dict[str, Any]], speeds: dict[str, Any]) -> None:
     """Per row: int8 speed, its ratio to all-MiniLM-L6-v2's int8 bundle, STS-B test minus HPD's."""
     rates = speeds.get("sent_per_s", {})
     reference = rates.get("all-MiniLM-L6-v2")
-    hpd = next((r.get("stsb_test") for r in rows if r["method"] == "hpd"), None)
     for row in rows:
         rate = rates.get(row["method"])
         row["int8_sent_per_s"] = rate
         row["speedup_vs_minilm"] = round(rate / reference, 2) if rate and reference else None
+    compare_to_hpd(rows)
+
+
+def compare_to_hpd(rows: list[dict[str, Any]]) -> None:
+    hpd = next((r.get("stsb_test") for r in rows if r["method"] == "hpd"), None)
+    for row in rows:
         if hpd is not None and row.get("stsb_test") is not None:
             row["stsb_test_vs_hpd"] = round(row["stsb_test"] - hpd, 2)
 
@@ -334,6 +339,7 @@ COLUMNS = (
     ("train wall-clock (s)", "train_seconds", "{:.0f}"),
     ("stage-1 STS-B dev: step 0 -> best", "stage1_dev", "{}"),
     ("best STS-B dev", "best_dev", "{:.2f}"),
+    ("trained on", "device", "{}"),
 )
 
 
@@ -357,18 +363,25 @@ def rewrite_doc(doc: Path, table: str, note: str) -> None:
     doc.write_text(f"{head}{START}\n{note}\n\n{table}\n{END}{tail}")
 
 
+def doc_note(doc: Path) -> str:
+    """The sentence above the doc's current table ('' when there is none)."""
+    text = doc.read_text() if doc.exists() else ""
+    if START not in text:
+        return ""
+    return text.split(START, 1)[1].lstrip("\n").split("\n\n", 1)[0].strip()
+
+
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """One report from several runs': rows by name (a later run's wins), speeds merged, runs kept."""
+    """One report from several runs': rows by name (a later run's wins), each run kept. A row keeps
+    the speeds of its own run: runs on other machines have other speeds and other references."""
     rows: dict[str, dict[str, Any]] = {}
-    rates: dict[str, float] = {}
     runs: list[dict[str, Any]] = []
     for report in reports:
         runs += report.get("runs") or [{"command": report.get("command"), "speed": report.get("speed", {})}]
-        rates |= report.get("speed", {}).get("sent_per_s", {})
         rows |= {row["method"]: row for row in report["rows"]}
     merged = list(rows.values())
-    add_comparisons(merged, {"sent_per_s": rates})
-    return {"runs": runs, "speed": {"sent_per_s": rates}, "rows": merged}
+    compare_to_hpd(merged)
+    return {"runs": runs, "rows": merged}
 
 
 def print_table(rows: list[dict[str, Any]], console: Console) -> None:
@@ -409,13 +422,13 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python bench/methods.py", *(argv if argv is not None else sys.argv[1:])])
     report = {"command": command, "train_flags": train_flags(args), "speed": speeds, "rows": rows}
+    measured = f"`{command}` ({time.strftime('%Y-%m-%d')})"
+    note = args.note or f"Measured by {measured}; raw figures in `{out.as_posix()}`."
     if args.subset and out.exists():  # --rows re-measures some rows of the table, not the table
         report = merge_reports([json.loads(out.read_text()), report])
+        again = f"Rows {', '.join(args.rows)} re-measured by {measured}."
+        note = args.note or f"{doc_note(Path(args.doc))} {again}"
     out.write_text(json.dumps(report, indent=2))
-    note = (
-        args.note
-        or f"Measured by `{command}` ({time.strftime('%Y-%m-%d')}); raw figures in `{out.as_posix()}`."
-    )
     rewrite_doc(Path(args.doc), markdown_table(report["rows"]), note)
     print_table(report["rows"], console)
     console.print(f"wrote {out} and the Results of {args.doc}")

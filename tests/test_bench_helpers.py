@@ -15,7 +15,7 @@ import encode
 import numpy as np
 from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
-from methods import add_comparisons, merge_reports, parse_args, train_command
+from methods import END, START, add_comparisons, doc_note, merge_reports, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, retrieval_scores, verdict
 from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
@@ -73,18 +73,27 @@ def test_rows_keeps_only_the_named_rows_and_refuses_unknown_ones() -> None:
         parse_args(["--rows", "nonesuch"])
 
 
-def test_runs_merge_by_row_name_and_compare_across_runs() -> None:
+def test_runs_merge_by_row_name_and_rows_keep_their_own_speeds() -> None:
     first = {
         "command": "one",
-        "speed": {"sent_per_s": {"all-MiniLM-L6-v2": 500.0, "hpd": 500.0}},
-        "rows": [{"method": "hpd", "stsb_test": 80.0}, {"method": "ibkd", "stsb_test": 79.0}],
+        "rows": [
+            {"method": "hpd", "stsb_test": 80.0, "speedup_vs_minilm": 1.0},
+            {"method": "ibkd", "stsb_test": 79.0, "speedup_vs_minilm": 0.9},
+        ],
     }
-    second = {"command": "two", "speed": {}, "rows": [{"method": "ibkd", "stsb_test": 81.0}]}
+    second = {"command": "two", "rows": [{"method": "ibkd", "stsb_test": 81.0, "speedup_vs_minilm": 1.1}]}
     merged = merge_reports([first, second])
     assert [r["method"] for r in merged["rows"]] == ["hpd", "ibkd"]
     assert merged["rows"][1]["stsb_test_vs_hpd"] == pytest.approx(1.0)  # the later run's ibkd
-    assert merged["rows"][0]["speedup_vs_minilm"] == pytest.approx(1.0)
+    assert [r["speedup_vs_minilm"] for r in merged["rows"]] == [1.0, 1.1]
     assert [run["command"] for run in merged["runs"]] == ["one", "two"]
+
+
+def test_the_note_above_the_table_is_read_back(tmp_path: Path) -> None:
+    doc = tmp_path / "methods.md"
+    doc.write_text(f"# M\n\n{START}\nMeasured by x.\n\n| a |\n{END}\n")
+    assert doc_note(doc) == "Measured by x."
+    assert doc_note(tmp_path / "missing.md") == ""
 
 
 @pytest.mark.parametrize("spec", ["no-equals", "x=", "x=nomethod", "hpd=congen", "y=congen", "y=hpd"])
