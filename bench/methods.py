@@ -393,13 +393,18 @@ def print_table(rows: list[dict[str, Any]], console: Console) -> None:
     console.print(table)
 
 
-def render_only(args: argparse.Namespace, console: Console) -> int:
-    report = merge_reports([json.loads(Path(p).read_text()) for p in args.render_from])
+def publish(report: dict[str, Any], note: str, args: argparse.Namespace, console: Console) -> None:
+    """Write the report to --out, its table to the doc's Results, and print it."""
     Path(args.out).write_text(json.dumps(report, indent=2))
-    note = args.note or f"Rendered from {', '.join(f'`{p}`' for p in args.render_from)}."
     rewrite_doc(Path(args.doc), markdown_table(report["rows"]), note)
     print_table(report["rows"], console)
     console.print(f"wrote {args.out} and the Results of {args.doc}")
+
+
+def render_only(args: argparse.Namespace, console: Console) -> int:
+    report = merge_reports([json.loads(Path(p).read_text()) for p in args.render_from])
+    sources = ", ".join(f"`{p}`" for p in args.render_from)
+    publish(report, args.note or f"Rendered from {sources}.", args, console)
     return 0
 
 
@@ -428,10 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         report = merge_reports([json.loads(out.read_text()), report])
         again = f"Rows {', '.join(args.rows)} re-measured by {measured}."
         note = args.note or f"{doc_note(Path(args.doc))} {again}"
-    out.write_text(json.dumps(report, indent=2))
-    rewrite_doc(Path(args.doc), markdown_table(report["rows"]), note)
-    print_table(report["rows"], console)
-    console.print(f"wrote {out} and the Results of {args.doc}")
+    publish(report, note, args, console)
     failed = [r["method"] for r in rows if "stsb_test" not in r or str(r.get("export", "ok")) != "ok"]
     if failed:
         console.print(f"[red]incomplete: {', '.join(failed)} (logs in {Path(args.runs_dir) / 'logs'})[/]")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The medium-budget methods table (scripts/cpu_methods_job.sh's rows and flags) on a lent GPU
-# machine: the same bench/methods.py command with --device cuda and all rows trained at once.
+# The medium-budget methods table on a lent GPU machine: scripts/cpu_methods_job.sh itself, with
+# --device cuda, this machine's folders and all rows trained at once.
 # Inputs: the parts of `python scripts/gpu_pack.py pack` copied to /tmp/parts (one folder per call).
 # Results: $OUT (or /tmp/w/result): the JSON, the rendered table, the logs, every checkpoint's
 # manifest and curve, and the hpd / ibkd int8 bundles in 15 MB pieces. Extra arguments go to
@@ -16,16 +16,9 @@ mkdir -p "$W" "$RESULT"
 export PYTHONPATH=$W/site:$PWD:$PWD/bench DISTILEMBED_DATA_DIR=$W/data HF_HUB_OFFLINE=1
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 rc=0
-"$PY" bench/methods.py --preset hpd-mpnet-cpu --teacher "$W/teacher" --student "$W/student" \
-  --corpus unlabeled/enwiki2015_1m_sentences.txt.gz \
-  --n-sentences 100000 --epochs 1 --batch-size 64 --lr 5e-5 --eval-every 250 --save-every 250 \
-  --device cuda --teacher-batch-size 256 --finetune-epochs 1 --train-arg "--init-projection ridge" \
-  --variant "congen-simtde=congen --student-arch simtde --lr 1.5e-4" \
-  --variant "congen-hpd=congen --hpd-weight 1" \
-  --variant "ibkd-random=ibkd --init-projection random" \
-  --variant "distilcse-ckd-random=distilcse-ckd --init-projection random" \
-  --jobs 10 --threads 2 --runs-dir "$W/methods" --reference-model "$W/student" \
-  --reference-bundle "$W/methods/bundles/all-MiniLM-L6-v2" \
+PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" \
+  --device cuda --teacher-batch-size 256 --jobs 10 --threads 2 --runs-dir "$W/methods" \
+  --reference-model "$W/student" --reference-bundle "$W/methods/bundles/all-MiniLM-L6-v2" \
   --out "$W/methods-100k.json" --doc "$W/methods.md" "$@" > "$W/methods.log" 2>&1 || rc=$?
 echo "methods.py exit $rc" >> "$W/methods.log"
 cp "$W/methods-100k.json" "$W/methods.md" "$RESULT/" 2>/dev/null || true

@@ -2,9 +2,10 @@
 
 That machine has no network and takes at most 64 MiB of working tree per call (decision 10), so:
 the mpnet teacher travels as int8 weights with one float32 scale per output row (its embeddings keep
-cosine ~0.9995 with the original's), the MiniLM student init as float16 (cast back to float32
-there), the first N corpus sentences, the STS-B and NLI files, and wheels of our exact
-transformers / sentence-transformers / tokenizers / huggingface_hub pins. Everything goes into one
+a mean cosine of 0.9993 with the original's), the MiniLM student init as float16 (cast back to float32
+there), the first N corpus sentences, the STS-B and NLI files, and wheels of the
+transformers / sentence-transformers / tokenizers / huggingface_hub versions installed here (the
+ones the tests run against). Everything goes into one
 gzipped tar stream, split into ``part_NN`` files grouped into folders ``p1``, ``p2``, ... of at most
 ``--call-mib`` each: one folder per call, carried with ``carry``. On the GPU machine
 ``python3 scripts/gpu_pack.py unpack PARTS_DIR OUT_DIR`` rebuilds float32 model folders.
@@ -21,17 +22,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-WHEELS = (
-    "transformers==4.57.6",
-    "sentence-transformers==5.7.0",
-    "tokenizers==0.22.2",
-    "huggingface_hub==0.36.2",
-)
+WHEELS = ("transformers", "sentence-transformers", "tokenizers", "huggingface_hub")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 DATA = ("sts/stsbenchmark", "nli")
 SCALE = ".__row_scale"
@@ -84,10 +81,12 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def _first_lines(path: Path, n: int) -> bytes:
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        lines = [line for _, line in zip(range(n), handle, strict=False)]
-    return gzip.compress("".join(lines).encode(), compresslevel=6)
+def _first_sentences(path: Path, n: int) -> bytes:
+    """The first n sentences as the trainer reads them (blank lines skipped), so ``--n-sentences n``
+    there takes the same sample, with the same target-cache key, as here."""
+    from training.data.text import read_sentences
+
+    return gzip.compress(("\n".join(read_sentences(path, n)) + "\n").encode(), compresslevel=6)
 
 
 def _wheels(dest: Path) -> list[Path]:
@@ -109,7 +108,7 @@ def _wheels(dest: Path) -> list[Path]:
     ]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
-    subprocess.run([*cmd, *WHEELS], check=True)
+    subprocess.run([*cmd, *(f"{name}=={metadata.version(name)}" for name in WHEELS)], check=True)
     return sorted(dest.glob("*.whl"))
 
 
@@ -125,7 +124,7 @@ def pack(args: argparse.Namespace) -> None:
         _add_model(tar, Path(resolve_model(args.teacher)), "teacher", int8=True)
         _add_model(tar, Path(resolve_model(args.student)), "student", int8=False)
         corpus = data / args.corpus
-        _add_bytes(tar, f"data/{args.corpus}", _first_lines(corpus, args.n_sentences))
+        _add_bytes(tar, f"data/{args.corpus}", _first_sentences(corpus, args.n_sentences))
         for rel in DATA:
             tar.add(data / rel, arcname=f"data/{rel}")
         for wheel in _wheels(out / "wheels"):
