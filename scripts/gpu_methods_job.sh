@@ -6,15 +6,7 @@
 # manifest and curve, and the hpd / ibkd int8 bundles in 15 MB pieces. Extra arguments go to
 # bench/methods.py (a dry run on the CPU: PY=.venv/bin/python ... --device cpu --n-sentences 512).
 set -euo pipefail
-W=${W:-/tmp/w}
-PY=${PY:-python3}
-RESULT=${OUT:-$W/result}
-mkdir -p "$W" "$RESULT"
-[ -d "$W/teacher" ] || "$PY" scripts/gpu_pack.py unpack /tmp/parts "$W"
-[ -d "$W/site/transformers" ] ||
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$W"/wheels/*.whl
-export PYTHONPATH=$W/site:$PWD:$PWD/bench DISTILEMBED_DATA_DIR=$W/data HF_HUB_OFFLINE=1
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
+source scripts/gpu_setup.sh
 rc=0
 PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" \
   --device cuda --teacher-batch-size 256 --jobs 10 --threads 2 --runs-dir "$W/methods" \

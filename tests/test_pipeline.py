@@ -85,6 +85,12 @@ def test_unfinished_run_needs_resume(tiny_teacher, tiny_bert, tiny_data, tmp_pat
     assert manifest["training"]["steps"] == 2
 
 
+def test_too_few_sentences_for_the_pca_is_a_user_error(tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+    cfg = _cfg(tiny_teacher, tiny_bert, n_sentences=8, pca_sample=8)
+    with pytest.raises(UserError, match="more than --dim 8 sentences"):
+        run_training(cfg, tmp_path / "ckpt", data_dir=str(tiny_data))
+
+
 def _cli(*args, env_data=None):
     import os
 

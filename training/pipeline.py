@@ -311,6 +311,11 @@ def run_training(
         base, base_info = teacher.targets(texts)
         pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
         aug_targets = [pca_fit_targets if s == pca_texts else teacher.targets(s)[0] for s in extra_sets]
+    if len(pca_fit_targets) <= cfg.dim:
+        raise UserError(
+            f"the PCA needs more than --dim {cfg.dim} sentences to fit on; it has {len(pca_fit_targets)} "
+            "(raise --n-sentences or --pca-sample, or fit it on --pca-fit sts/stsbenchmark/sts-train.csv)"
+        )
     with clock.stage("pca"):
         pca = PCATargets.fit(np.asarray(pca_fit_targets, dtype=np.float32), cfg.dim, cfg.seed, cfg.pca_whiten)
         all_texts = texts + [t for s in extra_sets for t in s]

@@ -1,0 +1,12 @@
+# Sourced by the scripts/gpu_*_job.sh scripts on a lent GPU machine: unpacks the parts of
+# `python scripts/gpu_pack.py pack` from /tmp/parts into $W once, installs the packed wheels into
+# $W/site, and exports the environment the training CLI needs there.
+W=${W:-/tmp/w}
+PY=${PY:-python3}
+RESULT=${OUT:-$W/result}
+mkdir -p "$W" "$RESULT"
+[ -d "$W/teacher" ] || "$PY" scripts/gpu_pack.py unpack /tmp/parts "$W"
+[ -d "$W/site/transformers" ] ||
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$W"/wheels/*.whl
+export PYTHONPATH=$W/site:$PWD:$PWD/bench DISTILEMBED_DATA_DIR=$W/data HF_HUB_OFFLINE=1
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
