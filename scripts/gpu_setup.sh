@@ -2,7 +2,7 @@
 # `python scripts/gpu_pack.py pack` from /tmp/parts into $W once, installs the packed wheels into
 # $W/site, and exports the environment the training CLI needs there.
 W=${W:-/tmp/w}
-PY=${PY:-python3}
+export PY=${PY:-python3}
 RESULT=${OUT:-$W/result}
 mkdir -p "$W" "$RESULT"
 [ -d "$W/teacher" ] || "$PY" scripts/gpu_pack.py unpack /tmp/parts "$W"
