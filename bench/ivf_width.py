@@ -1,5 +1,6 @@
 """What vector width buys in IVF search time, on Quora: the teacher's vectors cut by PCA to each
-width, and the student's own 128-d vectors, each in IVF1024 / nprobe 5, timed in interleaved rounds.
+width, and the student's own 128-d vectors, each in IVF1024 / nprobe 5, timed in interleaved rounds,
+with each one's MRR@10 (exact and IVF) as a share of the full teacher's exact search.
 
 A line t(d) = f + c * d is fitted to the teacher-PCA times. ``f`` is what a query costs whatever
 the width (choosing nprobe of nlist centroids, result heaps, list setup, threads); ``c`` is the
@@ -8,6 +9,9 @@ cost per dimension. Going from 768 to 128 dimensions can then buy at most
 bench/quora_sr.py sits near the edge at 36,824 documents (issue 4, docs/results.md).
 
     python bench/ivf_width.py --bundle models/default --out bench/results/ivf_width.json
+
+The MRR columns say what a 128-d student can reach at all: the teacher's own PCA-128 is the target
+HPD and ConGen distil, so its IVF share is the ceiling of a student that copies it perfectly.
 """
 
 from __future__ import annotations
@@ -27,7 +31,16 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import load_quora_retrieval
-from quora_sr import add_ivf_args, add_model_args, make_index, raw_search, student_vectors, teacher_vectors
+from quora_sr import (
+    add_ivf_args,
+    add_model_args,
+    drop_self,
+    make_index,
+    raw_search,
+    retrieval_scores,
+    student_vectors,
+    teacher_vectors,
+)
 from timing import interleaved_seconds
 
 
@@ -71,12 +84,20 @@ def main() -> None:
     by_width = pca_widths(teacher_vectors(args, data.corpus, [], []), args.widths, args.pca_sample, args.seed)
     candidates = {f"teacher-{w}": v for w, v in by_width.items()}
     candidates["student-128"] = student_vectors(args, data)[0]
-    calls = {}
+    calls, mrr = {}, {}
+    relevant = np.asarray(data.relevant)
     for name, vectors in candidates.items():
         index = make_index(vectors, "float32", args.nlist, args.seed, args.train_sample)
         search = partial(raw_search, index, np.ascontiguousarray(vectors[queries]), 11, args.nprobe)
-        search()  # warm: pages touched, lists in cache
+        exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
+        mrr[name] = {
+            "exact": retrieval_scores(
+                drop_self(raw_search(exact, vectors[queries], 11, 1), queries, 10), relevant
+            )[0],
+            "ivf": retrieval_scores(drop_self(search(), queries, 10), relevant)[0],  # also warms it
+        }
         calls[name] = search
+    reference = mrr[f"teacher-{max(args.widths)}"]["exact"]
     seconds = interleaved_seconds(calls, args.repeats)
     ms = {name: 1e6 * statistics.median(s) / len(queries) for name, s in seconds.items()}
 
@@ -90,6 +111,10 @@ def main() -> None:
         "nlist": args.nlist,
         "nprobe": args.nprobe,
         "ms_per_1000": ms,
+        "mrr10": mrr,
+        "mrr10_pct_of_widest_teacher_exact": {
+            name: {kind: 100 * value / reference for kind, value in row.items()} for name, row in mrr.items()
+        },
         "fit_fixed_ms_per_1000": fixed,
         "fit_ms_per_1000_per_dim": per_dim,
         "fit_ratio_widest_over_128": (fixed + widest * per_dim) / (fixed + 128 * per_dim),
@@ -103,8 +128,18 @@ def main() -> None:
     )
     table.add_column("vectors")
     table.add_column("ms / 1000 q", justify="right")
+    table.add_column("MRR@10 exact", justify="right")
+    table.add_column(f"MRR@10 IVF nprobe {args.nprobe}", justify="right")
+    table.add_column("IVF, % of full teacher exact", justify="right")
     for name, value in ms.items():
-        table.add_row(name, f"{value:.2f}")
+        row = mrr[name]
+        table.add_row(
+            name,
+            f"{value:.2f}",
+            f"{row['exact']:.2f}",
+            f"{row['ivf']:.2f}",
+            f"{100 * row['ivf'] / reference:.1f}",
+        )
     console = Console()
     console.print(table)
     console.print({k: v for k, v in result.items() if k.startswith(("fit", "ratio"))})
