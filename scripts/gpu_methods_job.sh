@@ -2,6 +2,7 @@
 # The medium-budget methods table on a lent GPU machine: scripts/cpu_methods_job.sh itself, with
 # --device cuda, this machine's folders and all rows trained at once.
 # Inputs: the parts of `python scripts/gpu_pack.py pack` copied to /tmp/parts (one folder per call).
+# Launch, in the last of those calls: bash scripts/gpu_detached.sh 540 scripts/gpu_methods_job.sh [ARGS]
 # Results: $OUT (or /tmp/w/result): the JSON, the rendered table, the logs, every checkpoint's
 # manifest and curve, and the hpd / ibkd int8 bundles in 15 MB pieces. Extra arguments go to
 # bench/methods.py (a dry run on the CPU: PY=.venv/bin/python ... --device cpu --n-sentences 512).

@@ -6,6 +6,7 @@
 #    widths and weights move the 64-d and 32-d shares of the 128-d score?
 #  - two combinations of what lifted STS-B dev alone (ensemble + HPD term, + 32k sentences).
 # Inputs: the parts of `python scripts/gpu_pack.py pack` in /tmp/parts (scripts/gpu_setup.sh).
+# Launch, in the last of the calls that copy those parts: bash scripts/gpu_detached.sh 540 scripts/gpu_sweep_job.sh
 # Results: $OUT (or /tmp/w/result): every run's manifest (STS-B dev and test at each width), the
 # logs and the methods rows' JSON and curves; `bash scripts/gpu_sweep_job.sh collect` packs what
 # exists so far (the last call runs it when its time is up). SWEEP_ARGS goes to every sweep run and
