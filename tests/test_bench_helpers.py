@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import encode
 import numpy as np
+from binary_codes import code_variants, itq_rotation
 from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
 from methods import END, START, add_comparisons, doc_note, merge_reports, parse_args, train_command
@@ -307,3 +308,26 @@ def test_teacher_whitening_table_names_the_best_power_on_dev_per_teacher() -> No
     assert lines[0] == "| teacher, PCA | STS-B dev | STS-B test |"
     assert lines[3] == "| a, whitening 0.25 | 87.74 | 83.71 |"
     assert lines[-1] == "Best on STS-B dev: a: **a, whitening 0**."
+
+
+def test_itq_rotation_is_orthogonal_and_lowers_the_quantisation_loss() -> None:
+    rng = np.random.default_rng(3)
+    # anisotropic data: a few directions carry most of the variance, where ITQ has work to do
+    centred = (rng.standard_normal((400, 16)) * np.linspace(4, 0.2, 16)).astype(np.float32)
+    centred -= centred.mean(axis=0)
+
+    def loss(rotated: np.ndarray) -> float:
+        return float(np.square(np.where(rotated >= 0, 1.0, -1.0) - rotated).sum())
+
+    start, learned = itq_rotation(centred, 0, seed=0), itq_rotation(centred, 30, seed=0)
+    np.testing.assert_allclose(learned @ learned.T, np.eye(16), atol=1e-5)
+    assert loss(centred @ learned) < loss(centred @ start)
+
+
+def test_code_variants_keep_the_raw_vectors_first_and_centre_the_others() -> None:
+    vectors = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32) + 1.0
+    variants = code_variants(vectors, iterations=2, seed=0)
+    assert next(iter(variants)) == "sign(x)" and variants["sign(x)"] is vectors
+    for name, projected in list(variants.items())[1:]:
+        assert projected.shape == vectors.shape
+        np.testing.assert_allclose(projected.mean(axis=0), 0.0, atol=1e-5, err_msg=name)
