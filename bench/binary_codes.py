@@ -26,7 +26,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import load_quora_retrieval
-from quora_sr import add_ivf_args, add_model_args, drop_self, retrieval_scores, student_vectors
+from quora_sr import add_ivf_args, add_model_args, make_index, mrr10, raw_search, student_vectors
 from results_doc import run_info
 
 
@@ -54,10 +54,10 @@ def code_variants(vectors: np.ndarray, iterations: int, seed: int) -> dict[str, 
     }
 
 
-def flat_hamming(bits: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+def flat_hamming(bits: np.ndarray) -> faiss.IndexBinaryFlat:
     index = faiss.IndexBinaryFlat(bits.shape[1] * 8)
     index.add(bits)
-    return index.search(bits[queries], k)[1]
+    return index
 
 
 def rescored(vectors: np.ndarray, queries: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
@@ -76,20 +76,23 @@ def main() -> None:
     faiss.omp_set_num_threads(args.threads)
 
     data = load_quora_retrieval(args.quora_dir)
-    queries, relevant = np.asarray(data.queries), np.asarray(data.relevant)
+    queries = np.asarray(data.queries)
     vectors = np.ascontiguousarray(student_vectors(args, data)[0], dtype=np.float32)
 
-    def mrr(ids: np.ndarray) -> float:
-        return retrieval_scores(drop_self(ids, queries, 10), relevant)[0]
-
-    exact = faiss.IndexFlatIP(vectors.shape[1])
-    exact.add(vectors)
-    rows = {"float32 exact": {"hamming": None, "rescored": mrr(exact.search(vectors[queries], 11)[1])}}
+    exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
+    rows = {
+        "float32 exact": {
+            "hamming": None,
+            "rescored": mrr10(raw_search(exact, vectors[queries], 11, 1), data),
+        }
+    }
     for name, projected in code_variants(vectors, args.itq_iterations, args.seed).items():
         bits = np.packbits(projected > 0, axis=1)
+        index = flat_hamming(bits)
+        candidates = index.search(bits[queries], args.rescore_k + 1)[1]
         rows[name] = {
-            "hamming": mrr(flat_hamming(bits, queries, 11)),
-            "rescored": mrr(rescored(vectors, queries, flat_hamming(bits, queries, args.rescore_k + 1), 11)),
+            "hamming": mrr10(index.search(bits[queries], 11)[1], data),
+            "rescored": mrr10(rescored(vectors, queries, candidates, 11), data),
         }
 
     table = Table(title=f"Quora, {len(data.corpus):,} documents, flat search, rescore_k {args.rescore_k}")

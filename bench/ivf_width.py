@@ -34,10 +34,9 @@ from quora_data import load_quora_retrieval
 from quora_sr import (
     add_ivf_args,
     add_model_args,
-    drop_self,
     make_index,
+    mrr10,
     raw_search,
-    retrieval_scores,
     student_vectors,
     teacher_vectors,
 )
@@ -85,16 +84,13 @@ def main() -> None:
     candidates = {f"teacher-{w}": v for w, v in by_width.items()}
     candidates["student-128"] = student_vectors(args, data)[0]
     calls, mrr = {}, {}
-    relevant = np.asarray(data.relevant)
     for name, vectors in candidates.items():
         index = make_index(vectors, "float32", args.nlist, args.seed, args.train_sample)
         search = partial(raw_search, index, np.ascontiguousarray(vectors[queries]), 11, args.nprobe)
         exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
         mrr[name] = {
-            "exact": retrieval_scores(
-                drop_self(raw_search(exact, vectors[queries], 11, 1), queries, 10), relevant
-            )[0],
-            "ivf": retrieval_scores(drop_self(search(), queries, 10), relevant)[0],  # also warms it
+            "exact": mrr10(raw_search(exact, vectors[queries], 11, 1), data),
+            "ivf": mrr10(search(), data),  # also warms it
         }
         calls[name] = search
     reference = mrr[f"teacher-{max(args.widths)}"]["exact"]

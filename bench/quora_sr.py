@@ -120,6 +120,11 @@ def retrieval_scores(ids: np.ndarray, relevant: np.ndarray) -> tuple[float, floa
     return 100 * mrr, 100 * float(hit.any(axis=1).mean())
 
 
+def mrr10(ids: np.ndarray, data: QuoraRetrieval) -> float:
+    """MRR@10 of search results holding 11 ids per query, the query's own entry dropped."""
+    return retrieval_scores(drop_self(ids, np.asarray(data.queries), 10), np.asarray(data.relevant))[0]
+
+
 def overlap(ids: np.ndarray, exact: np.ndarray) -> float:
     """Recall of approximate top-k against exact top-k (fraction of exact neighbours found)."""
     found = sum(len(set(a[a >= 0]) & set(b[b >= 0])) for a, b in zip(ids, exact, strict=True))

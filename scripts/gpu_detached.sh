@@ -4,8 +4,8 @@
 #   bash scripts/gpu_detached.sh 540 scripts/gpu_sweep_job.sh [ARGS...]
 # The job runs with OUT unset (it writes into $W/result) so that it can outlive the call; the wait
 # ends at $W/DONE, at the deadline, or as soon as the job has died without DONE (a failed launch
-# must not spend the device budget). Then the job's `collect` (where it has one) packs what exists,
-# and $W/result and the job's console log are copied to $OUT.
+# must not spend the device budget). Then `JOB collect` (every gpu_*_job.sh has it) packs what
+# exists into $W/result, which is copied to $OUT with the job's console log.
 set -uo pipefail
 seconds=$1
 job=$2
@@ -25,7 +25,7 @@ while [ ! -f "$W/DONE" ] && [ $(($(date +%s) - start)) -lt "$seconds" ]; do
 done
 echo "waited $(($(date +%s) - start)) s; done: $([ -f "$W/DONE" ] && echo yes || echo no)"
 if [ -n "${OUT:-}" ]; then
-  grep -q '= collect' "$job" && OUT=$W/result W=$W bash "$job" collect > /dev/null 2>&1
+  OUT=$W/result W=$W bash "$job" collect > /dev/null 2>&1
   cp -r "$W/result/." "$OUT/" 2>/dev/null
   cp "$W/job.console.log" "$OUT/"
 fi

@@ -8,23 +8,31 @@
 # bench/methods.py (a dry run on the CPU: PY=.venv/bin/python ... --device cpu --n-sentences 512).
 set -euo pipefail
 source scripts/gpu_setup.sh
+
+collect() {  # what exists so far into $RESULT (`bash scripts/gpu_methods_job.sh collect`: that alone)
+  cp "$W/methods-100k.json" "$W/methods.md" "$W/methods.log" "$RESULT/" 2>/dev/null || true
+  (cd "$W/methods" && tar -czf "$RESULT/runs-meta.tar.gz" logs ./*/manifest.json ./*/training_curve.json \
+    bundles/*/manifest.json) 2>/dev/null || true
+  for name in hpd ibkd; do
+    b="$W/methods/bundles/$name"
+    if [ -f "$b/manifest.json" ]; then
+      # The int8 bundle as models/default ships it (the fp32 graph stays behind).
+      (cd "$b/.." && tar -cf - "$name"/{manifest.json,model.int8.onnx,tokenizer.json}) |
+        split -b 15M - "$RESULT/bundle-$name.tar."
+    fi
+  done
+  ls -la "$RESULT"
+}
+if [ "${1:-}" = collect ]; then
+  collect
+  exit 0
+fi
+
 rc=0
 PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" \
   --device cuda --teacher-batch-size 256 --jobs 10 --threads 2 --runs-dir "$W/methods" \
   --reference-model "$W/student" --reference-bundle "$W/methods/bundles/all-MiniLM-L6-v2" \
   --out "$W/methods-100k.json" --doc "$W/methods.md" "$@" > "$W/methods.log" 2>&1 || rc=$?
 echo "methods.py exit $rc" >> "$W/methods.log"
-cp "$W/methods-100k.json" "$W/methods.md" "$RESULT/" 2>/dev/null || true
-(cd "$W/methods" && tar -czf "$RESULT/runs-meta.tar.gz" logs ./*/manifest.json ./*/training_curve.json \
-  bundles/*/manifest.json 2>/dev/null) || true
-cp "$W/methods.log" "$RESULT/"
-for name in hpd ibkd; do
-  b="$W/methods/bundles/$name"
-  if [ -f "$b/manifest.json" ]; then
-    # The int8 bundle as models/default ships it (the fp32 graph stays behind).
-    (cd "$b/.." && tar -cf - "$name"/{manifest.json,model.int8.onnx,tokenizer.json}) |
-      split -b 15M - "$RESULT/bundle-$name.tar."
-  fi
-done
+collect
 touch "$W/DONE"
-ls -la "$RESULT"

@@ -18,7 +18,7 @@ from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
 from methods import END, START, add_comparisons, doc_note, merge_reports, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
-from quora_sr import drop_self, retrieval_scores, verdict
+from quora_sr import drop_self, mrr10, retrieval_scores, verdict
 from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
 from teacher_ensemble import render as render_ensemble
 from teacher_whitening import render as render_whitening
@@ -331,3 +331,10 @@ def test_code_variants_keep_the_raw_vectors_first_and_centre_the_others() -> Non
     for name, projected in list(variants.items())[1:]:
         assert projected.shape == vectors.shape
         np.testing.assert_allclose(projected.mean(axis=0), 0.0, atol=1e-5, err_msg=name)
+
+
+def test_mrr10_drops_the_query_itself_before_ranking() -> None:
+    data = QuoraRetrieval(corpus=["a", "b", "c", "d"], queries=[0, 1], relevant=[2, 3])
+    # query 0 finds itself first, then b, then its relevant c: rank 2 once itself is dropped
+    ids = np.array([[0, 1, 2, *[-1] * 8], [3, 1, 0, *[-1] * 8]])
+    assert mrr10(ids, data) == pytest.approx(100 * (1 / 2 + 1 / 1) / 2)
