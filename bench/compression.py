@@ -12,7 +12,8 @@ exact search on the same corpus. Search time: the whole query set in one call, m
 interleaved rounds, per 1000 queries; the teacher's IVF (float32, same nlist and nprobe) is the
 time reference. Memory: bytes per document the lists hold in RAM (code + 8-byte id); the rescoring
 rows (4 x width bytes) stay on disk. STS-B test: Spearman of the cosine of the stored codes decoded
-(sq8, pq) or of the sign bits (binary: 1 - 2 x Hamming / width); rescored rows score like float32.
+(sq8, pq) or of the sign bits the binary lists keep (of the vectors under the lists' fixed rotation:
+1 - 2 x Hamming / width); rescored rows score like float32.
 
     python bench/compression.py --bundles default=models/default,matryoshka=runs/bundles/congen-mrl-e6
 
@@ -52,7 +53,7 @@ from results_doc import add_doc_args, fmt, markdown_table, publish, publish_save
 from timing import interleaved_seconds  # noqa: E402
 
 from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
-from index.vectors import default_pq_m, new_ivf, search, signs  # noqa: E402
+from index.vectors import binary_lists, default_nprobe, default_pq_m, new_ivf, search, signs  # noqa: E402
 from training.data.sts import read_stsb  # noqa: E402
 from training.data.text import read_sentences  # noqa: E402
 
@@ -81,8 +82,8 @@ def trained_ivf(vectors: np.ndarray, storage: str, args: argparse.Namespace) -> 
     nlist = (args.binary_nlist or args.nlist) if storage == "binary" else args.nlist
     index = new_ivf(dim, nlist, storage, (default_pq_m(dim), 8))
     sample = vectors[np.sort(np.random.default_rng(args.seed).permutation(len(vectors))[: args.train_sample])]
-    index.train(signs(sample) if storage == "binary" else sample)
-    index.add_with_ids(signs(vectors) if storage == "binary" else vectors, np.arange(len(vectors)))
+    index.train(sample)
+    index.add_with_ids(vectors, np.arange(len(vectors)))
     return index
 
 
@@ -99,7 +100,7 @@ def student_rows(
     for storage in args.storages.split(","):
         index = trained_ivf(vectors, storage, args)
         code = float(index.code_size + 8)
-        nprobe = args.binary_nprobe if storage == "binary" else args.nprobe
+        nprobe = {"binary": args.binary_nprobe, "pq": args.pq_nprobe}.get(storage, args.nprobe)
         rows.append(Row(model, dim, storage, n, partial(plain_search, index, queries, k, nprobe), code))
         if storage in ("pq", "binary"):
             rescored = partial(rescored_search, rescorer, index, queries, k, nprobe)
@@ -142,7 +143,10 @@ def sts_scores(left: np.ndarray, right: np.ndarray, fit: np.ndarray, gold: list[
     pq = faiss.ProductQuantizer(dim, default_pq_m(dim), 8)
     pq.train(fit)
     out["pq"] = spearman(pq.decode(pq.compute_codes(left)), pq.decode(pq.compute_codes(right)))
-    bits = (np.unpackbits(signs(left), axis=1) == np.unpackbits(signs(right), axis=1)).mean(axis=1)
+    lists = binary_lists(dim, 1)  # owns the rotation: keep it referenced while the rotation is used
+    rotation = faiss.downcast_VectorTransform(lists.vt)
+    left_bits, right_bits = signs(rotation.apply(left)), signs(rotation.apply(right))
+    bits = (np.unpackbits(left_bits, axis=1) == np.unpackbits(right_bits, axis=1)).mean(axis=1)
     out["binary"] = round(100 * float(spearmanr(bits, gold).statistic), 2)
     out["pq+rescore"] = out["binary+rescore"] = out["float32"]
     return out
@@ -230,10 +234,11 @@ def render(result: dict[str, Any]) -> str:
     bundles = (b.split("=", 1) for b in args["bundles"].split(","))
     models = ", ".join(f"{name} = `{repo_path(path)}`" for name, path in bundles)
     binary_nlist = args.get("binary_nlist") or args["nlist"]
+    pq_nprobe = args.get("pq_nprobe", args["nprobe"])
     setup = (
         f"Students: {models} ({args['variant']}). Quora retrieval as in bench/quora_sr.py; IVF nlist "
-        f"{args['nlist']}, nprobe {args['nprobe']} (binary lists: nlist {binary_nlist}, "
-        f"nprobe {args['binary_nprobe']}), rescore_k "
+        f"{args['nlist']}, nprobe {args['nprobe']} (pq lists: nprobe {pq_nprobe}; "
+        f"binary lists: nlist {binary_nlist}, nprobe {args['binary_nprobe']}), rescore_k "
         f"{args['rescore_k']}, {result['threads']} threads. B/doc in RAM: the lists' code plus the 8-byte "
         "id; rescored storages also keep 4 x width bytes per document on disk. STS-B test: the cosine of "
         "what the storage keeps. Time: median of interleaved rounds; the reference is the teacher's IVF."
@@ -296,8 +301,9 @@ def make_parser(data: str) -> argparse.ArgumentParser:
     parser.add_argument("--teacher-vectors", help=".npy of the questions' teacher vectors (see quora_sr.py)")
     parser.add_argument("--teacher-batch-size", type=int, default=16)
     parser.add_argument("--nlist", type=int, default=1024)
-    parser.add_argument("--nprobe", type=int, default=5, help="float32, sq8 and pq lists")
-    parser.add_argument("--binary-nprobe", type=int, default=32, help="binary lists (index build's default)")
+    parser.add_argument("--nprobe", type=int, default=5, help="float32 and sq8 lists, and the teacher's")
+    parser.add_argument("--pq-nprobe", type=int, default=default_nprobe("pq"), help="pq lists")
+    parser.add_argument("--binary-nprobe", type=int, default=default_nprobe("binary"), help="binary lists")
     parser.add_argument("--binary-nlist", type=int, help="binary lists' nlist (default: --nlist)")
     parser.add_argument("--storages", default="float32,sq8,pq,binary", help="students' storages")
     parser.add_argument("--train-sample", type=int, default=65_536)
@@ -365,7 +371,8 @@ def main(argv: list[str] | None = None) -> None:
 def report(results: list[dict[str, Any]], args: argparse.Namespace, run: dict[str, str]) -> None:
     exact = {r["corpus"]: r["mrr10"] for r in results if r["storage"] == "exact"}
     shape = (
-        f"nlist {args.nlist}, nprobe {args.nprobe} (binary {args.binary_nprobe}), rescore_k {args.rescore_k}"
+        f"nlist {args.nlist}, nprobe {args.nprobe} (pq {args.pq_nprobe}, binary {args.binary_nprobe}), "
+        f"rescore_k {args.rescore_k}"
     )
     table = Table(title=f"Compressed indexes ({shape}): Quora MRR@10, STS-B test, memory, search time")
     columns = ("model", "width", "storage", "docs", "STS-B", "MRR@10", "% teacher", "B/doc RAM", "ms/1000 q")

@@ -57,7 +57,7 @@ class BuildConfig:
     out: str
     variant: str = "int8"
     nlist: int = 1024
-    nprobe: int | None = None  # default: 5, or 32 for binary lists (their Hamming centroids are coarse)
+    nprobe: int | None = None  # default: 5, or 8 for pq and binary lists (vectors.default_nprobe)
     storage: str = "float32"
     pq_m: int | None = None  # pq storage: codes per vector (default: one per 8 dimensions)
     pq_bits: int = 8  # pq storage: bits per code

@@ -32,7 +32,7 @@ def build_command(
     variant: Annotated[str, Opt(help="int8 | fp32")] = "int8",
     nlist: Annotated[int, Opt()] = 1024,
     nprobe: Annotated[
-        int | None, Opt(help="Lists searched per query (default: 5; binary storage: 32).", min=1)
+        int | None, Opt(help="Lists searched per query (default: 5; pq and binary storage: 8).", min=1)
     ] = None,
     storage: Annotated[
         str,

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-import faiss
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -26,7 +25,7 @@ from index.integrity import RESCORE_FILE, with_files
 from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
 from index.rescore import exact_vectors, write_rows
 from index.store import Document, DocumentStore
-from index.vectors import add, is_binary, save_index
+from index.vectors import add, copy_index, save_index
 
 SHARDS_KIND = "index_shards"
 
@@ -89,7 +88,7 @@ def _owners(store: DocumentStore, ids: np.ndarray, count: int) -> np.ndarray:
 
 def _write_shard(whole: LiveIndex, directory: Path, ids: np.ndarray, vectors: np.ndarray) -> None:
     directory.mkdir()
-    index = (faiss.clone_binary_index if is_binary(whole.index) else faiss.clone_index)(whole.index)
+    index = copy_index(whole.index)
     index.reset()  # the same trained centroids, no vectors
     add(index, vectors, ids)
     save_index(index, directory / INDEX_FILE)

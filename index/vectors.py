@@ -25,7 +25,11 @@ MIN_POINTS_PER_LIST = 39  # Faiss warns below this many training points per cent
 FLAT_BELOW = 10_000  # under this many vectors exact search is fast and IVF only loses recall
 STORAGES = ("float32", "sq8", "pq", "binary")
 RESCORED = ("pq", "binary")  # lists too coarse to rank by: candidates are rescored (index/rescore.py)
-BINARY_MAGIC = b"IB"  # the first bytes of every Faiss binary index file
+BINARY_MAGIC = b"IB"  # the first bytes of every Faiss binary index file (binary lists before decision 40)
+# Binary lists are Faiss's IndexIVFSpectralHash with a global threshold at 0: bit i of a vector is
+# floor(2 (R x)_i / period) mod 2 for Faiss's fixed random rotation R, so with a period far above
+# any |coordinate| it is 1 exactly where (R x)_i < 0: the sign bits of the rotated vector.
+SIGN_PERIOD = 1e6
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,7 @@ class IndexPlan:
     nlist: int
     reason: str
     # How IVF lists hold vectors: float32; sq8 (a byte per dimension); pq (pq_m codes of pq_bits
-    # bits); binary (the sign bit of each dimension, Hamming distance).
+    # bits); binary (a sign bit per dimension, Hamming distance, under float centroids).
     storage: str = "float32"
     pq_m: int = 16
     pq_bits: int = 8
@@ -58,7 +62,32 @@ def check_storage(storage: str, dim: int | None = None, pq_m: int = 16, pq_bits:
 
 
 def is_binary(index: faiss.Index | faiss.IndexBinary) -> bool:
+    """A Faiss binary index (Hamming centroids too): how binary lists were built before decision 40.
+    Such files still load, search and take upserts; a retrain rebuilds them as ``binary_lists``."""
     return isinstance(index, faiss.IndexBinary)
+
+
+def has_binary_lists(index: faiss.Index | faiss.IndexBinary) -> bool:
+    """Whether the lists hold sign bits (either form): scores are 1 - 2 x Hamming / d."""
+    return isinstance(index, faiss.IndexBinary | faiss.IndexIVFSpectralHash)
+
+
+def binary_lists(dim: int, nlist: int) -> faiss.IndexIVFSpectralHash:
+    """An untrained IVF whose lists hold ``dim`` sign bits per vector (``dim / 8`` bytes), under
+    float centroids: a query probes the lists a float IVF would, and scans them by Hamming distance
+    (docs/decisions.md, 40)."""
+    index = faiss.IndexIVFSpectralHash(faiss.IndexFlatIP(dim), dim, nlist, dim, SIGN_PERIOD)
+    index.threshold_type = faiss.IndexIVFSpectralHash.Thresh_global
+    index.cp.spherical = True  # as Faiss trains an inner-product IVF: the float32 lists' centroids
+    return index
+
+
+def copy_index(index: faiss.Index | faiss.IndexBinary) -> faiss.Index | faiss.IndexBinary:
+    """A deep copy through Faiss's own serialisation: ``clone_index`` copies an
+    IndexIVFSpectralHash's rotation by pointer, and both copies would free it."""
+    if is_binary(index):
+        return faiss.deserialize_index_binary(faiss.serialize_index_binary(index))
+    return faiss.deserialize_index(faiss.serialize_index(index))
 
 
 def signs(vectors: np.ndarray) -> np.ndarray:
@@ -80,7 +109,7 @@ def on_disk(index: faiss.Index) -> bool:
 
 def storage_of(index: faiss.Index) -> str:
     """How ``index`` holds its vectors: "sq8", "pq", "binary" or "float32"."""
-    if is_binary(index):
+    if has_binary_lists(index):
         return "binary"
     if isinstance(index, faiss.IndexIVFPQ):
         return "pq"
@@ -99,9 +128,11 @@ def describe(index: faiss.Index) -> tuple[str, int]:
 
 
 def default_nprobe(storage: str) -> int:
-    """Lists searched per query by default: binary lists need more (bench/compression.py: Quora
-    MRR@10 with rescoring 86.6% of the teacher's at nprobe 5, 95.2% at 32, 96.7% at 64)."""
-    return 32 if storage == "binary" else 5
+    """Lists searched per query by default: 8 for the rescored lists (pq, binary), whose candidates
+    are rescored, so more lists buy recall cheaply (bench/binary_lists.py, 136,824 documents: Quora
+    MRR@10 rescored 94.4% of the teacher's exact search at nprobe 5, 95.9% at 8, 97.3% at 16, at
+    6.4x / 5.7x / 5.4x the teacher's IVF speed; docs/decisions.md, 40); 5 for float32 and sq8."""
+    return 8 if storage in RESCORED else 5
 
 
 def default_pq_m(dim: int) -> int:
@@ -153,10 +184,10 @@ def new_ivf(dim: int, nlist: int, storage: str = "float32", pq: tuple[int, int] 
     """An untrained inner-product IVF. ``sq8`` stores each dimension (of the residual to the list's
     centroid) in one byte, 4x less memory than float32. Its per-dimension ranges are learnt in
     ``train``; values of later vectors outside them are clipped (docs/decisions.md, 19). ``pq``
-    stores m codes of the residual, ``binary`` the sign bits in a Hamming IVF: both rank only
+    stores m codes of the residual, ``binary`` sign bits (``binary_lists``): both rank only
     roughly and are rescored (index/rescore.py)."""
     if storage == "binary":
-        return faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(dim), dim, nlist)
+        return binary_lists(dim, nlist)
     quantizer = faiss.IndexFlatIP(dim)
     if storage == "pq":
         m, bits = pq
@@ -187,7 +218,7 @@ def held_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
     """(ids, vectors) of every entry of a flat (IDMap2) or IVF index; from sq8 lists the vectors
     come back decoded (one byte per dimension). Not for binary lists: their vectors are the
     rescoring file's (index/rescore.py)."""
-    if is_binary(index):
+    if has_binary_lists(index):
         raise UserError("binary lists hold sign bits only: read the vectors from the rescoring file")
     if isinstance(index, faiss.IndexIVF):
         lists = [get_invlist(index.invlists, i)[0] for i in range(index.nlist)]
@@ -232,17 +263,18 @@ def set_nprobe(index: faiss.Index, nprobe: int) -> None:
 def search(
     index: faiss.Index, queries: np.ndarray, k: int, nprobe: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids), each (n_queries, k); missing neighbours have id -1. A binary index scores
+    """(scores, ids), each (n_queries, k); missing neighbours have id -1. Binary lists score
     1 - 2 * Hamming distance / d, the cosine of the sign vectors' angle estimate."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
+    params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None and is_ivf(index) else None
     if is_binary(index):
         count_coarse_hamming(index)
-        params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None else None
         distances, ids = index.search(signs(queries), k, params=params)
+    else:
+        distances, ids = index.search(queries, k, params=params)
+    if has_binary_lists(index):
         return (1.0 - 2.0 * distances / index.d).astype(np.float32), ids
-    if nprobe is not None and isinstance(index, faiss.IndexIVF):
-        return index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
-    return index.search(queries, k)
+    return distances, ids
 
 
 def count_coarse_hamming(index: faiss.IndexBinary) -> None:

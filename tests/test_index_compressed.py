@@ -1,6 +1,7 @@
 """Compressed lists (pq, binary) with rescoring: exact scores, and every index operation keeps the
 rescoring file right (checkpoint, replay, retrain, refresh, snapshot, shards, integrity)."""
 
+import gc
 from dataclasses import replace
 
 import faiss
@@ -10,13 +11,13 @@ import pytest
 from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
 from index.build import BuildConfig, build
-from index.integrity import RESCORE_FILE, verify_index
-from index.live import LiveIndex
+from index.integrity import RESCORE_FILE, ids_of, verify_index
+from index.live import INDEX_FILE, LiveIndex
 from index.rescore import top_k
 from index.shards import open_sharded, shard_index
 from index.snapshot import restore_snapshot
 from index.store import Document
-from index.vectors import new_ivf, search, signs
+from index.vectors import copy_index, load_index, new_ivf, save_index, search, signs, storage_of
 from service.testing import FakeEncoder
 from tests.test_index_build import _cli, _corpus
 from tests.test_index_live import DIM, make_index, unit
@@ -40,12 +41,72 @@ def test_top_k_hand_case() -> None:
     assert short.tolist() == [[-1], [20]]
 
 
-def _binary_ivf(rng: np.random.Generator) -> tuple[faiss.IndexBinaryIVF, np.ndarray]:
+def _hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamming distances between the sign bits of ``a`` and ``b`` (broadcast, last axis)."""
+    return ((a > 0) != (b > 0)).sum(axis=-1)
+
+
+def test_binary_lists_hold_the_sign_bits_of_rotated_vectors_under_float_centroids() -> None:
+    rng = np.random.default_rng(4)
     vectors = rng.standard_normal((3000, 64)).astype(np.float32)
     index = new_ivf(64, 32, "binary")
+    index.train(vectors)
+    index.add_with_ids(vectors, np.arange(len(vectors)))
+    assert index.code_size == 8 and isinstance(faiss.downcast_index(index.quantizer), faiss.IndexFlatIP)
+    rotation = faiss.downcast_VectorTransform(index.vt)
+    rotated = rotation.apply(vectors)
+    np.testing.assert_allclose(np.linalg.norm(rotated, axis=1), np.linalg.norm(vectors, axis=1), rtol=1e-4)
+    queries = vectors[:10] + 0.5 * rng.standard_normal((10, 64)).astype(np.float32)
+    scores, ids = search(index, queries, 20, nprobe=32)  # every list: the Hamming ranking itself
+    distances = _hamming(rotation.apply(queries)[:, None, :], rotated[ids])
+    np.testing.assert_allclose(scores, 1.0 - 2.0 * distances / 64)
+    every = _hamming(rotation.apply(queries)[:, None, :], rotated[None, :, :])
+    assert (distances[:, 0] == every.min(axis=1)).all()
+    assert storage_of(index) == "binary"
+    floats = new_ivf(64, 32, "float32")
+    floats.train(vectors)  # the same k-means: binary lists are the float32 lists, holding sign bits
+    np.testing.assert_array_equal(index.quantizer.reconstruct_n(0, 32), floats.quantizer.reconstruct_n(0, 32))
+
+
+def test_a_copy_of_binary_lists_owns_its_rotation() -> None:
+    """``faiss.clone_index`` shares the rotation by pointer, so freeing both copies crashes."""
+    vectors = np.random.default_rng(7).standard_normal((2000, 64)).astype(np.float32)
+    index = new_ivf(64, 16, "binary")
+    index.train(vectors)
+    index.add_with_ids(vectors, np.arange(len(vectors)))
+    expected = search(index, vectors[:5], 3, nprobe=4)
+    copy = copy_index(index)
+    del index
+    gc.collect()
+    got = search(copy, vectors[:5], 3, nprobe=4)
+    np.testing.assert_array_equal(got[1], expected[1])
+
+
+def _binary_ivf(rng: np.random.Generator) -> tuple[faiss.IndexBinaryIVF, np.ndarray]:
+    """Binary lists as built before decision 40: Hamming centroids too (faiss.IndexBinaryIVF)."""
+    vectors = rng.standard_normal((3000, 64)).astype(np.float32)
+    index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(64), 64, 32)
     index.train(signs(vectors))
     index.add_with_ids(signs(vectors), np.arange(len(vectors)))
     return index, vectors
+
+
+def test_older_binary_lists_load_search_take_writes_and_retrain_to_the_new_form(tmp_path) -> None:
+    vectors = make_index(tmp_path / "idx", storage="binary")
+    ids = ids_of(load_index(tmp_path / "idx" / INDEX_FILE, 5))
+    older = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(DIM), DIM, 32)
+    older.train(signs(vectors))
+    older.add_with_ids(signs(vectors), np.sort(ids))
+    save_index(older, tmp_path / "idx" / INDEX_FILE)
+    live = LiveIndex(tmp_path / "idx", rescore_k=3001)
+    assert isinstance(live.index, faiss.IndexBinaryIVF) and storage_of(live.index) == "binary"
+    assert [row[0].id for row in live.search(vectors[:20], k=1)] == [f"doc{i}" for i in range(20)]
+    live.upsert([Document("late", "late")], unit(5))
+    assert live.search(unit(5), k=1)[0][0].id == "late"
+    assert live.retrain(nlist=16, flat_below=100)["index_type"] == "ivf_binary"
+    assert isinstance(live.index, faiss.IndexIVFSpectralHash)
+    assert [row[0].id for row in live.search(vectors[:20], k=1, nprobe=16)] == [f"doc{i}" for i in range(20)]
+    assert live.search(unit(5), k=1, nprobe=16)[0][0].id == "late"
 
 
 def test_binary_lists_are_chosen_by_counting_with_the_heap_s_distances() -> None:
@@ -125,7 +186,7 @@ def test_retrain_moves_between_float_and_compressed_lists(tmp_path) -> None:
     live = LiveIndex(tmp_path / "idx", rescore_k=3001)  # every candidate: exact, whatever the codes
     query = vectors[:20]
     assert live.retrain(nlist=16, storage="binary", flat_below=100)["index_type"] == "ivf_binary"
-    assert isinstance(live.index, faiss.IndexBinaryIVF) and (tmp_path / "idx" / RESCORE_FILE).is_file()
+    assert isinstance(live.index, faiss.IndexIVFSpectralHash) and (tmp_path / "idx" / RESCORE_FILE).is_file()
     live.upsert([Document("late", "late")], unit(5))
     assert live.retrain(nlist=16, storage="pq", pq=(8, 4), flat_below=100)["index_type"] == "ivf_pq"
     assert (live.index.pq.M, live.index.pq.nbits) == (8, 4)
