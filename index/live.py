@@ -51,6 +51,7 @@ from index.vectors import (
     RESCORED,
     add,
     bytes_per_vector,
+    centroid_bytes,
     describe,
     load_index,
     on_disk,
@@ -259,8 +260,10 @@ class LiveIndex(Retraining):
 
     def footprint(self) -> dict[str, Any]:
         """Bytes per document: in memory (the lists' codes and ids) and, for compressed lists, on
-        disk for rescoring."""
-        per_doc = {"memory_bytes_per_doc": bytes_per_vector(self.index)}
+        disk for rescoring; plus the coarse centroids' bytes, a fixed cost whatever the count."""
+        per_doc: dict[str, Any] = {"memory_bytes_per_doc": bytes_per_vector(self.index)}
+        if centroids := centroid_bytes(self.index):
+            per_doc["centroid_bytes"] = centroids
         if self.rescorer is not None:
             per_doc["rescore_bytes_per_doc_on_disk"] = 4 * self.dim
         return per_doc

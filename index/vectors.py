@@ -155,6 +155,16 @@ def bytes_per_vector(index: faiss.Index) -> float:
     return 4.0 * index.d
 
 
+def centroid_bytes(index: faiss.Index | faiss.IndexBinary) -> int:
+    """Memory the IVF's coarse centroids take, whatever the number of documents (flat: 0): 4 x d
+    bytes per list for float centroids (every storage now), d / 8 for older binary lists'."""
+    if not is_ivf(index):
+        return 0
+    downcast = faiss.downcast_IndexBinary if is_binary(index) else faiss.downcast_index
+    quantizer = downcast(index.quantizer)
+    return int(quantizer.ntotal * quantizer.code_size)
+
+
 def plan_index(
     n: int,
     nlist: int = 1024,

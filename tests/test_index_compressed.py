@@ -252,9 +252,13 @@ def test_footprint_counts_codes_and_ids(tmp_path) -> None:
     make_index(tmp_path / "bin", storage="binary")
     make_index(tmp_path / "float")
     pq, binary = LiveIndex(tmp_path / "pq").footprint(), LiveIndex(tmp_path / "bin").footprint()
-    assert pq == {"memory_bytes_per_doc": 16 + 8, "rescore_bytes_per_doc_on_disk": 4 * DIM}
-    assert binary == {"memory_bytes_per_doc": DIM / 8 + 8, "rescore_bytes_per_doc_on_disk": 4 * DIM}
-    assert LiveIndex(tmp_path / "float").footprint() == {"memory_bytes_per_doc": 4 * DIM + 8}
+    centroids = {"centroid_bytes": 32 * 4 * DIM}  # make_index: 32 lists, float centroids for every storage
+    on_disk = {"rescore_bytes_per_doc_on_disk": 4 * DIM}
+    assert pq == {"memory_bytes_per_doc": 16 + 8} | on_disk | centroids
+    assert binary == {"memory_bytes_per_doc": DIM / 8 + 8} | on_disk | centroids
+    assert LiveIndex(tmp_path / "float").footprint() == {"memory_bytes_per_doc": 4 * DIM + 8} | centroids
+    make_index(tmp_path / "flat", flat=True)
+    assert LiveIndex(tmp_path / "flat").footprint() == {"memory_bytes_per_doc": 4 * DIM}
 
 
 def test_build_writes_compressed_lists_and_refuses_bad_combinations(tiny_bundle, tmp_path) -> None:
