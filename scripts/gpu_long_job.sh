@@ -20,10 +20,8 @@ if [ "${1:-}" = collect ]; then
   collect
   exit 0
 fi
-PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" \
-  --device cuda --teacher-batch-size 256 --jobs 2 --threads 6 --runs-dir "$W/methods6x" \
+gpu_methods --jobs 2 --threads 6 --runs-dir "$W/methods6x" \
   --rows distilcse-ckd ibkd --epochs 6 --eval-every 500 --save-every 500 --no-export \
-  --reference-model "$W/student" --out "$W/methods-6x.json" --doc "$W/methods-6x.md" \
-  > "$W/methods6x.log" 2>&1
+  --out "$W/methods-6x.json" --doc "$W/methods-6x.md" > "$W/methods6x.log" 2>&1
 collect
 touch "$W/DONE"

@@ -29,9 +29,8 @@ if [ "${1:-}" = collect ]; then
 fi
 
 rc=0
-PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" \
-  --device cuda --teacher-batch-size 256 --jobs 10 --threads 2 --runs-dir "$W/methods" \
-  --reference-model "$W/student" --reference-bundle "$W/methods/bundles/all-MiniLM-L6-v2" \
+gpu_methods --jobs 10 --threads 2 --runs-dir "$W/methods" \
+  --reference-bundle "$W/methods/bundles/all-MiniLM-L6-v2" \
   --out "$W/methods-100k.json" --doc "$W/methods.md" "$@" > "$W/methods.log" 2>&1 || rc=$?
 echo "methods.py exit $rc" >> "$W/methods.log"
 collect

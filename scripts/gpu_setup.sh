@@ -12,3 +12,8 @@ if [ "${1:-}" != collect ]; then  # the job's `collect` only packs what exists
 fi
 export PYTHONPATH=$W/site:$PWD:$PWD/bench DISTILEMBED_DATA_DIR=$W/data HF_HUB_OFFLINE=1
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
+
+gpu_methods() {  # scripts/cpu_methods_job.sh with this machine's teacher, student and GPU; ARGS follow
+  PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" --device cuda \
+    --teacher-batch-size 256 --reference-model "$W/student" "$@"
+}

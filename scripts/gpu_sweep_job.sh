@@ -42,11 +42,9 @@ train() {  # NAME FLAGS...: one run, skipped once its manifest exists
   echo "$name exit $?" >> "$S/logs/exits.txt"
 }
 
-[ "${NO_METHODS:-0}" = 1 ] || PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" \
-  --device cuda --teacher-batch-size 256 --jobs 3 --threads 2 --runs-dir "$W/methods3x" \
+[ "${NO_METHODS:-0}" = 1 ] || gpu_methods --jobs 3 --threads 2 --runs-dir "$W/methods3x" \
   --rows ibkd distilcse-kd distilcse-ckd --epochs 3 --eval-every 500 --save-every 500 --no-export \
-  --reference-model "$W/student" --out "$W/methods-3x.json" --doc "$W/methods-3x.md" \
-  > "$W/methods3x.log" 2>&1 &
+  --out "$W/methods-3x.json" --doc "$W/methods-3x.md" > "$W/methods3x.log" 2>&1 &
 
 # The first run fills the teacher-target cache (sentences and ConGen's views) for the others.
 train mrl-111 --matryoshka 128,64,32 &
