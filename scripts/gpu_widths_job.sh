@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One lent GPU session's question for issue 23: is the Matryoshka student's 32-d (and 64-d) prefix
+# short of 97% (99%) of its 128-d score because of the Matryoshka loss, or because 32 (64)
+# coordinates of this student hold no more? Kusupati et al.'s fixed-feature baseline answers it:
+# students trained at one width alone, on the default's recipe (ConGen, mpnet 0.7 + MiniLM 0.3, 450
+# steps), beside the Matryoshka run of the same recipe on the same machine. Each narrow width twice:
+# with the teacher's PCA cut to that width as the target, and with the teacher's distribution from
+# its own full space (`--congen-teacher-space full`), the most a narrow student can be shown.
+# ROUND=3 varies the weights, steps, learning rate and widths of that Matryoshka run. ROUND=2 asks the next two questions: does the Matryoshka student gain what the 32-d student gained
+# from the teacher's own space, and does three times the steps (6 epochs) raise the 32-d student
+# against the 128-d one of the same budget?
+# Inputs: the parts of `python scripts/gpu_pack.py pack` in /tmp/parts (scripts/gpu_setup.sh).
+# Launch, in the last of the calls that copy those parts: bash scripts/gpu_detached.sh 420 scripts/gpu_widths_job.sh
+# Results: $OUT (or /tmp/w/result): every run's manifest (STS-B dev and test) and log;
+# `bash scripts/gpu_widths_job.sh collect` packs what exists. WIDTHS_ARGS goes to every run (a CPU
+# dry run: PY=.venv/bin/python WIDTHS_ARGS="--device cpu --n-sentences 64 --max-steps 2
+# --pca-fit corpus --no-train-on-pca-texts" W=/tmp/wdry bash scripts/gpu_widths_job.sh).
+set -uo pipefail
+source scripts/gpu_setup.sh
+S=$W/widths
+mkdir -p "$S/logs"
+
+collect() {
+  (cd "$W" && tar -czf "$RESULT/widths.tar.gz" --ignore-failed-read widths/logs \
+    widths/*/manifest.json widths/*/training_curve.json widths/*.partial/training_curve.json 2>/dev/null)
+  ls -la "$RESULT"
+}
+if [ "${1:-}" = collect ]; then
+  collect
+  exit 0
+fi
+read -r -a EXTRA <<< "${WIDTHS_ARGS:-}"
+BASE=(--teacher "$W/teacher" --student "$W/student" --device cuda --teacher-batch-size 256)
+ENS=(--preset congen-mpnet-cpu --exclude-text sts/stsbenchmark/sts-test.csv
+  --ensemble-teacher "$W/student:0.3")
+
+train() {  # NAME FLAGS...: one run, skipped once its manifest exists
+  local name=$1
+  shift
+  [ -f "$S/$name/manifest.json" ] && return 0
+  "$PY" -m distilembed.cli train "${BASE[@]}" "${ENS[@]}" "$@" "${EXTRA[@]}" --out "$S/$name" \
+    > "$S/logs/$name.log" 2>&1
+  echo "$name exit $?" >> "$S/logs/exits.txt"
+}
+
+# The first run fills the teacher-target cache (sentences and ConGen's views) for the others.
+if [ "${ROUND:-1}" != 1 ]; then
+  first_run=(mrl-space --matryoshka 128,64,32 --congen-teacher-space full)
+else
+  first_run=(mrl-111 --matryoshka 128,64,32)
+fi
+train "${first_run[@]}" &
+first=$!
+until grep -q 'stage method_setup done' "$S/logs/${first_run[0]}.log" 2>/dev/null || ! kill -0 "$first" 2>/dev/null; do
+  sleep 2
+done
+LONG=(--epochs 6 --eval-every 150 --save-every 150)
+if [ "${ROUND:-1}" = 2 ]; then
+  train mrl-space-124 --matryoshka 128,64,32 --matryoshka-weights 1,2,4 --congen-teacher-space full &
+  train mrl-space-e6 --matryoshka 128,64,32 --congen-teacher-space full "${LONG[@]}" &
+  train dim128-e6 "${LONG[@]}" &
+  train dim32-full-e6 --dim 32 --congen-teacher-space full "${LONG[@]}" &
+elif [ "${ROUND:-1}" = 3 ]; then
+  SPACE=(--matryoshka 128,64,32 --congen-teacher-space full)
+  train mrl-space-1-4-16 "${SPACE[@]}" --matryoshka-weights 1,4,16 &
+  train mrl-space-124-e6 "${SPACE[@]}" --matryoshka-weights 1,2,4 "${LONG[@]}" &
+  train mrl-space-124-lr1e-4 "${SPACE[@]}" --matryoshka-weights 1,2,4 --lr 1e-4 &
+  train mrl-space-5w --matryoshka 128,96,64,48,32 --matryoshka-weights 1,1,2,2,4 --congen-teacher-space full &
+  train dim64-full-e6 --dim 64 --congen-teacher-space full "${LONG[@]}" &
+else
+  train dim128 &
+  train dim64 --dim 64 &
+  train dim32 --dim 32 &
+  train dim64-full --dim 64 --congen-teacher-space full &
+  train dim32-full --dim 32 --congen-teacher-space full &
+fi
+wait
+
+collect
+touch "$W/DONE"
