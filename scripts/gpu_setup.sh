@@ -17,3 +17,23 @@ gpu_methods() {  # scripts/cpu_methods_job.sh with this machine's teacher, stude
   PY=$PY bash scripts/cpu_methods_job.sh --teacher "$W/teacher" --student "$W/student" --device cuda \
     --teacher-batch-size 256 --reference-model "$W/student" "$@"
 }
+
+# A run of the default's recipe (ConGen, mpnet 0.7 + MiniLM 0.3, 450 steps) on this GPU. The job
+# sets RUNS (its runs' folder, with a logs/ folder) and EXTRA (an array of flags for every run).
+gpu_train() {  # NAME FLAGS...: one run into $RUNS/NAME, skipped once its manifest exists
+  local name=$1
+  shift
+  [ -f "$RUNS/$name/manifest.json" ] && return 0
+  "$PY" -m distilembed.cli train --teacher "$W/teacher" --student "$W/student" --device cuda \
+    --teacher-batch-size 256 --preset congen-mpnet-cpu --exclude-text sts/stsbenchmark/sts-test.csv \
+    --ensemble-teacher "$W/student:0.3" "$@" "${EXTRA[@]}" --out "$RUNS/$name" > "$RUNS/logs/$name.log" 2>&1
+  echo "$name exit $?" >> "$RUNS/logs/exits.txt"
+}
+
+gpu_train_first() {  # NAME FLAGS...: start a run, return once it has filled the teacher-target cache
+  gpu_train "$@" &
+  local pid=$!
+  until grep -q 'stage method_setup done' "$RUNS/logs/$1.log" 2>/dev/null || ! kill -0 "$pid" 2>/dev/null; do
+    sleep 2
+  done
+}

@@ -29,39 +29,24 @@ if [ "${1:-}" = collect ]; then
   exit 0
 fi
 read -r -a EXTRA <<< "${SWEEP_ARGS:-}"
-BASE=(--teacher "$W/teacher" --student "$W/student" --device cuda --teacher-batch-size 256)
-ENS=(--preset congen-mpnet-cpu --exclude-text sts/stsbenchmark/sts-test.csv
-  --ensemble-teacher "$W/student:0.3")
-
-train() {  # NAME FLAGS...: one run, skipped once its manifest exists
-  local name=$1
-  shift
-  [ -f "$S/$name/manifest.json" ] && return 0
-  "$PY" -m distilembed.cli train "${BASE[@]}" "${ENS[@]}" "$@" "${EXTRA[@]}" --out "$S/$name" \
-    > "$S/logs/$name.log" 2>&1
-  echo "$name exit $?" >> "$S/logs/exits.txt"
-}
+RUNS=$S
 
 [ "${NO_METHODS:-0}" = 1 ] || gpu_methods --jobs 3 --threads 2 --runs-dir "$W/methods3x" \
   --rows ibkd distilcse-kd distilcse-ckd --epochs 3 --eval-every 500 --save-every 500 --no-export \
   --out "$W/methods-3x.json" --doc "$W/methods-3x.md" > "$W/methods3x.log" 2>&1 &
 
 # The first run fills the teacher-target cache (sentences and ConGen's views) for the others.
-train mrl-111 --matryoshka 128,64,32 &
-first=$!
-until grep -q 'stage method_setup done' "$S/logs/mrl-111.log" 2>/dev/null || ! kill -0 "$first" 2>/dev/null; do
-  sleep 2
-done
-train mrl-1-4-16 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 &
-train mrl-1-8-64 --matryoshka 128,64,32 --matryoshka-weights 1,8,64 &
-train mrl-5w --matryoshka 128,96,64,48,32 &
-train mrl-5w-rising --matryoshka 128,96,64,48,32 --matryoshka-weights 1,1,2,4,8 &
-train mrl-1-4-16-hpd1 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 --hpd-weight 1 &
-train mrl-1-4-16-e6 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 --epochs 6 --eval-every 150 \
+gpu_train_first mrl-111 --matryoshka 128,64,32
+gpu_train mrl-1-4-16 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 &
+gpu_train mrl-1-8-64 --matryoshka 128,64,32 --matryoshka-weights 1,8,64 &
+gpu_train mrl-5w --matryoshka 128,96,64,48,32 &
+gpu_train mrl-5w-rising --matryoshka 128,96,64,48,32 --matryoshka-weights 1,1,2,4,8 &
+gpu_train mrl-1-4-16-hpd1 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 --hpd-weight 1 &
+gpu_train mrl-1-4-16-e6 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 --epochs 6 --eval-every 150 \
   --save-every 150 &
-train mrl-1-4-16-lr1e-4 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 --lr 1e-4 &
-train ens-hpd1 --hpd-weight 1 &
-train ens-hpd1-32k --hpd-weight 1 --n-sentences 32768 --eval-every 100 --save-every 100 &
+gpu_train mrl-1-4-16-lr1e-4 --matryoshka 128,64,32 --matryoshka-weights 1,4,16 --lr 1e-4 &
+gpu_train ens-hpd1 --hpd-weight 1 &
+gpu_train ens-hpd1-32k --hpd-weight 1 --n-sentences 32768 --eval-every 100 --save-every 100 &
 wait
 
 collect

@@ -30,18 +30,7 @@ if [ "${1:-}" = collect ]; then
   exit 0
 fi
 read -r -a EXTRA <<< "${WIDTHS_ARGS:-}"
-BASE=(--teacher "$W/teacher" --student "$W/student" --device cuda --teacher-batch-size 256)
-ENS=(--preset congen-mpnet-cpu --exclude-text sts/stsbenchmark/sts-test.csv
-  --ensemble-teacher "$W/student:0.3")
-
-train() {  # NAME FLAGS...: one run, skipped once its manifest exists
-  local name=$1
-  shift
-  [ -f "$S/$name/manifest.json" ] && return 0
-  "$PY" -m distilembed.cli train "${BASE[@]}" "${ENS[@]}" "$@" "${EXTRA[@]}" --out "$S/$name" \
-    > "$S/logs/$name.log" 2>&1
-  echo "$name exit $?" >> "$S/logs/exits.txt"
-}
+RUNS=$S
 
 # The first run fills the teacher-target cache (sentences and ConGen's views) for the others.
 if [ "${ROUND:-1}" != 1 ]; then
@@ -49,30 +38,26 @@ if [ "${ROUND:-1}" != 1 ]; then
 else
   first_run=(mrl-111 --matryoshka 128,64,32)
 fi
-train "${first_run[@]}" &
-first=$!
-until grep -q 'stage method_setup done' "$S/logs/${first_run[0]}.log" 2>/dev/null || ! kill -0 "$first" 2>/dev/null; do
-  sleep 2
-done
+gpu_train_first "${first_run[@]}"
 LONG=(--epochs 6 --eval-every 150 --save-every 150)
 if [ "${ROUND:-1}" = 2 ]; then
-  train mrl-space-124 --matryoshka 128,64,32 --matryoshka-weights 1,2,4 --congen-teacher-space full &
-  train mrl-space-e6 --matryoshka 128,64,32 --congen-teacher-space full "${LONG[@]}" &
-  train dim128-e6 "${LONG[@]}" &
-  train dim32-full-e6 --dim 32 --congen-teacher-space full "${LONG[@]}" &
+  gpu_train mrl-space-124 --matryoshka 128,64,32 --matryoshka-weights 1,2,4 --congen-teacher-space full &
+  gpu_train mrl-space-e6 --matryoshka 128,64,32 --congen-teacher-space full "${LONG[@]}" &
+  gpu_train dim128-e6 "${LONG[@]}" &
+  gpu_train dim32-full-e6 --dim 32 --congen-teacher-space full "${LONG[@]}" &
 elif [ "${ROUND:-1}" = 3 ]; then
   SPACE=(--matryoshka 128,64,32 --congen-teacher-space full)
-  train mrl-space-1-4-16 "${SPACE[@]}" --matryoshka-weights 1,4,16 &
-  train mrl-space-124-e6 "${SPACE[@]}" --matryoshka-weights 1,2,4 "${LONG[@]}" &
-  train mrl-space-124-lr1e-4 "${SPACE[@]}" --matryoshka-weights 1,2,4 --lr 1e-4 &
-  train mrl-space-5w --matryoshka 128,96,64,48,32 --matryoshka-weights 1,1,2,2,4 --congen-teacher-space full &
-  train dim64-full-e6 --dim 64 --congen-teacher-space full "${LONG[@]}" &
+  gpu_train mrl-space-1-4-16 "${SPACE[@]}" --matryoshka-weights 1,4,16 &
+  gpu_train mrl-space-124-e6 "${SPACE[@]}" --matryoshka-weights 1,2,4 "${LONG[@]}" &
+  gpu_train mrl-space-124-lr1e-4 "${SPACE[@]}" --matryoshka-weights 1,2,4 --lr 1e-4 &
+  gpu_train mrl-space-5w --matryoshka 128,96,64,48,32 --matryoshka-weights 1,1,2,2,4 --congen-teacher-space full &
+  gpu_train dim64-full-e6 --dim 64 --congen-teacher-space full "${LONG[@]}" &
 else
-  train dim128 &
-  train dim64 --dim 64 &
-  train dim32 --dim 32 &
-  train dim64-full --dim 64 --congen-teacher-space full &
-  train dim32-full --dim 32 --congen-teacher-space full &
+  gpu_train dim128 &
+  gpu_train dim64 --dim 64 &
+  gpu_train dim32 --dim 32 &
+  gpu_train dim64-full --dim 64 --congen-teacher-space full &
+  gpu_train dim32-full --dim 32 --congen-teacher-space full &
 fi
 wait
 
