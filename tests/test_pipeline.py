@@ -11,7 +11,7 @@ import pytest
 from sentence_transformers import SentenceTransformer
 
 from distilembed.errors import UserError
-from training.config import make_config
+from training.config import PRESETS, make_config
 from training.pipeline import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,6 +158,13 @@ def test_congen_ens_preset_is_the_default_models_recipe() -> None:
         if key not in ignored and key in preset and _plain(preset[key]) != value
     }
     assert differing == {}
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_is_a_valid_configuration(name: str) -> None:
+    """Each preset passes the same validation as a command line (no contradictory fields)."""
+    config = make_config(name, {})
+    assert config.widths().widths[0] == config.dim
 
 
 def _plain(value: object) -> object:
