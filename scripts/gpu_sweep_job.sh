@@ -11,12 +11,12 @@
 # logs and the methods rows' JSON and curves; `bash scripts/gpu_sweep_job.sh collect` packs what
 # exists so far (the last call runs it when its time is up). SWEEP_ARGS goes to every sweep run and
 # NO_METHODS=1 skips the methods rows (a CPU dry run: PY=.venv/bin/python NO_METHODS=1
-# SWEEP_ARGS="--device cpu --n-sentences 64 --max-steps 2 --pca-fit corpus --no-train-on-pca-texts"
+# SWEEP_ARGS="--device cpu --n-sentences 256 --max-steps 2 --pca-fit corpus --no-train-on-pca-texts"
 # W=/tmp/wdry bash scripts/gpu_sweep_job.sh).
 set -uo pipefail
 source scripts/gpu_setup.sh
-S=$W/sweep
-mkdir -p "$S/logs"
+RUNS=$W/sweep  # gpu_train's runs folder
+mkdir -p "$RUNS/logs"
 
 collect() {
   (cd "$W" && tar -czf "$RESULT/sweep.tar.gz" --ignore-failed-read sweep/logs sweep/*/manifest.json \
@@ -28,8 +28,7 @@ if [ "${1:-}" = collect ]; then
   collect
   exit 0
 fi
-read -r -a EXTRA <<< "${SWEEP_ARGS:-}"
-RUNS=$S
+read -r -a EXTRA <<< "${SWEEP_ARGS:-}"  # gpu_train's flags for every run
 
 [ "${NO_METHODS:-0}" = 1 ] || gpu_methods --jobs 3 --threads 2 --runs-dir "$W/methods3x" \
   --rows ibkd distilcse-kd distilcse-ckd --epochs 3 --eval-every 500 --save-every 500 --no-export \
