@@ -1,4 +1,6 @@
-"""Training-stage subcommands: ``train``, ``eval`` and ``targets``. Heavy imports happen inside commands."""
+"""Training-stage subcommands: ``train``, ``eval``, ``targets``, ``average`` and ``whiten``.
+
+Heavy imports happen inside commands."""
 
 from __future__ import annotations
 
@@ -33,8 +35,8 @@ def train_command(
     preset: Annotated[
         str | None,
         Opt(
-            help="smoke | hpd-mpnet | hpd-mpnet-cpu | congen-mpnet-cpu | congen-ens-mpnet-cpu "
-            "(docs/training.md); flags override it."
+            help="smoke | hpd-mpnet | hpd-mpnet-cpu | congen-mpnet-cpu | congen-ens-mpnet-cpu | "
+            "congen-ens-hpd-cpu | congen-ens-mrl-cpu | ... (docs/training.md); flags override it."
         ),
     ] = None,
     method: Annotated[
@@ -233,6 +235,55 @@ def average_command(
     )
 
 
+def whiten_command(
+    model: Annotated[Path, typer.Argument(help="Checkpoint whose final Dense layer takes the whitening.")],
+    out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
+    power: Annotated[
+        str,
+        Opt(help="Whitening power(s) in [0, 1], comma-separated; with several, STS-B dev picks one."),
+    ] = "0.125,0.25,0.375,0.5",
+    corpus: Annotated[str, Opt(help="Unlabeled text the mean and covariance are fitted on.")] = (
+        "unlabeled/enwiki2015_1m_sentences.txt.gz"
+    ),
+    n_sentences: Annotated[int, Opt(help="Sentences of --corpus to fit on.")] = 20000,
+    skip_sentences: Annotated[int, Opt(help="Start after this many sentences of --corpus.")] = 500000,
+    sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
+    data_dir: DataDir = None,
+    overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
+) -> None:
+    """Whiten a student's output (BERT-whitening at a power), folded into its last Dense layer."""
+    from distilembed.paths import resolve_data_path
+    from training.data.sts import find_sts_sets, load_stsb_split
+    from training.data.text import read_sentences
+    from training.evaluation import evaluate_model_pairs, evaluate_sts, sentence_transformer_encoder
+    from training.whitening import whiten_checkpoint
+
+    powers = comma_list(power, float, "--power") or []
+    if not powers:
+        raise UserError("--power needs at least one value")
+    texts = read_sentences(resolve_data_path(corpus, data_dir), limit=n_sentences, skip=skip_sentences)
+    sts_root = resolve_data_path(sts_dir or "sts", data_dir)
+    dev_pairs, sets = load_stsb_split(sts_root, "dev"), find_sts_sets(sts_root)
+    manifest = whiten_checkpoint(
+        model,
+        out,
+        texts,
+        powers,
+        score=lambda m: evaluate_model_pairs(m, dev_pairs),
+        final_scores=lambda m: {
+            k: round(v, 2) for k, v in evaluate_sts(sentence_transformer_encoder(m), sets)["scores"].items()
+        },
+        corpus=corpus,
+        overwrite=overwrite,
+    )
+    info = manifest["whiten"]
+    tried = ", ".join(f"{c['power']}: {c['dev_spearman']}" for c in info["candidates"])
+    typer.echo(
+        f"{out}: whitening power {info['power']} (STS-B dev {info['source_dev_spearman']} -> "
+        f"{info['dev_spearman']}; tried {tried}); scores {manifest['scores']}"
+    )
+
+
 def register(app: typer.Typer) -> None:
     from training.eval_cli import eval_command
 
@@ -240,3 +291,4 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
     app.command("targets")(targets_command)
     app.command("average")(average_command)
+    app.command("whiten")(whiten_command)

@@ -258,6 +258,10 @@ PRESETS["congen-ens-mpnet-cpu"] = replace(
     ensemble_teachers=("all-MiniLM-L6-v2:0.3",),
     exclude_text=("sts/stsbenchmark/sts-test.csv", "quora/quora_pairs_dev.tsv", "quora/quora_pairs_test.tsv"),
 )
+# models/default's recipe since stop 39 (decision 41): the ensemble recipe plus HPD's MSE on the PCA
+# targets (`ens-hpd1`: best STS-B dev 87.07), then `distilembed whiten` folds a partial whitening into
+# its Dense layer (dev 87.20).
+PRESETS["congen-ens-hpd-cpu"] = replace(PRESETS["congen-ens-mpnet-cpu"], hpd_weight=1.0)
 # The Matryoshka recipe (decision 31, methods.md): the default's, at widths 128, 64, 32 weighted
 # 1, 2, 4, with ConGen's teacher distribution from the ensemble's own 1,152-d space (not its PCA cut to
 # each width) and lr 1e-4. 450 steps, 23 min of training on 2 cores: int8 STS-B test 82.95 / 82.03 /

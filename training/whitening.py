@@ -1,0 +1,175 @@
+"""Partial whitening of a student's output, folded into its last Dense layer.
+
+BERT-whitening (Su et al., *Whitening Sentence Representations for Better Semantics and Faster
+Retrieval*, 2021, eq. 3-6) maps each vector x to ``(x - mu) W`` with ``W = U Lambda^(-1/2)`` from
+the covariance ``Sigma = U Lambda U^T`` of unlabeled sentences' vectors, so that the components are
+decorrelated and of equal variance. Full whitening of an already well-trained encoder also
+amplifies its noisiest directions, so the power is a knob (as in ``train --pca-whiten``)::
+
+    x' = (x - mu) T,    T = U diag(lambda_i^(-p / 2)) U^T,    p in [0, 1]
+
+Component variances lambda_i become lambda_i^(1 - p): p = 0 only centres, p = 1 whitens fully. The
+symmetric (ZCA) form keeps the vector as close as possible to the original, and because the map is
+affine it folds into the pipeline's last Dense layer, ``y = x A^T + b``::
+
+    A' = T A,    b' = T (b - mu)
+
+so the whitened student is an ordinary checkpoint with the same modules and the same speed. The
+mean and covariance are taken from the Dense layer's output before the pipeline's Normalize.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from distilembed.artifacts import read_manifest, sha256_tree
+from distilembed.errors import UserError
+from training.checkpoint import write_checkpoint
+from training.data.text import content_hash
+
+log = logging.getLogger(__name__)
+EIGEN_FLOOR = 1e-6  # relative to the largest eigenvalue: a degenerate direction is not blown up
+ScoreFn = Callable[[Any], float]
+
+
+def whitening_transform(vectors: np.ndarray, power: float) -> tuple[np.ndarray, np.ndarray]:
+    """The mean ``mu`` (d,) and the symmetric transform ``T`` (d, d) of the docstring's equation."""
+    if not 0.0 <= power <= 1.0:
+        raise UserError(f"whitening power must be in [0, 1], got {power}")
+    x = np.asarray(vectors, dtype=np.float64)
+    if x.ndim != 2 or len(x) <= x.shape[1]:
+        width = x.shape[-1]
+        raise UserError(f"whitening a {width}-d output needs more than {width} sentences, got {len(x)}")
+    mean = x.mean(axis=0)
+    values, vectors_ = np.linalg.eigh(np.cov(x - mean, rowvar=False))
+    values = np.maximum(values, values.max() * EIGEN_FLOOR)
+    transform = (vectors_ * values ** (-power / 2)) @ vectors_.T
+    return mean, transform
+
+
+def fold_into_linear(
+    weight: np.ndarray, bias: np.ndarray, mean: np.ndarray, transform: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The weight (out, in) and bias (out,) of ``x -> ((x A^T + b) - mu) T`` as one linear layer."""
+    return transform.T @ weight, transform.T @ (bias - mean)
+
+
+def _last_dense(model: Any) -> int:
+    """Index of the pipeline's last Dense module, which must be affine and followed only by Normalize."""
+    kinds = [type(module).__name__ for module in model]
+    tail = [kind for kind in kinds if kind != "Normalize"]
+    if not tail or tail[-1] != "Dense" or kinds[len(tail) :] not in ([], ["Normalize"]):
+        raise UserError(f"whitening folds into a final Dense layer; this pipeline is {kinds}")
+    dense = model[len(tail) - 1]
+    activation = type(dense.activation_function).__name__
+    if activation != "Identity":
+        raise UserError(f"the final Dense layer applies {activation}: whitening needs an affine one")
+    return len(tail) - 1
+
+
+def dense_outputs(model: Any, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    """The final Dense layer's output for ``texts``, before any Normalize."""
+    from sentence_transformers import SentenceTransformer
+
+    head = SentenceTransformer(modules=list(model)[: _last_dense(model) + 1], device=str(model.device))
+    return head.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+
+
+def apply_whitening(model: Any, mean: np.ndarray, transform: np.ndarray) -> None:
+    """Fold the transform into ``model``'s final Dense layer, in place."""
+    import torch
+
+    linear = model[_last_dense(model)].linear
+    weight = linear.weight.detach().cpu().double().numpy()
+    bias = linear.bias.detach().cpu().double().numpy() if linear.bias is not None else np.zeros(len(weight))
+    new_weight, new_bias = fold_into_linear(weight, bias, mean, transform)
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(new_weight).to(linear.weight.dtype))
+        if linear.bias is None:
+            linear.bias = torch.nn.Parameter(torch.from_numpy(new_bias).to(linear.weight.dtype))
+        else:
+            linear.bias.copy_(torch.from_numpy(new_bias).to(linear.bias.dtype))
+
+
+def _trained_widths(manifest: dict[str, Any]) -> list[int]:
+    return list((manifest.get("matryoshka") or {}).get("widths") or [])
+
+
+def whiten_checkpoint(
+    source: Path,
+    out: Path,
+    texts: Sequence[str],
+    powers: Sequence[float],
+    *,
+    score: ScoreFn | None = None,
+    final_scores: Callable[[Any], dict[str, float]] | None = None,
+    corpus: str = "",
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Write ``out``: ``source`` whitened at the power that scores best (the only one if one is given).
+
+    Every candidate is fitted on the same ``texts``; ``score`` (STS-B dev) ranks them, and power 0
+    is not a candidate unless asked for, so a whitening that does not help is visible in the log.
+    ``final_scores`` (the STS sets found, as ``train`` reports them) replaces the source's scores."""
+    from sentence_transformers import SentenceTransformer
+
+    if not source.is_dir():
+        raise UserError(f"checkpoint not found: {source}")
+    for power in powers:
+        if not 0.0 <= power <= 1.0:
+            raise UserError(f"whitening power must be in [0, 1], got {power}")
+    if len(powers) > 1 and score is None:
+        raise UserError("choosing between several powers needs a dev score")
+    first = read_manifest(source) if (source / "manifest.json").is_file() else {}
+    if len(_trained_widths(first)) > 1:
+        raise UserError(
+            f"{source} is a Matryoshka student ({_trained_widths(first)}): whitening mixes its dimensions, "
+            "so its shorter prefixes would no longer be the trained ones"
+        )
+    model = SentenceTransformer(str(source), device="cpu")
+    outputs = dense_outputs(model, texts)
+    baseline = score(model) if score is not None else None
+    candidates: list[dict[str, Any]] = []
+    best: tuple[float, float] | None = None
+    for power in powers:
+        mean, transform = whitening_transform(outputs, power)
+        trial = SentenceTransformer(str(source), device="cpu")
+        apply_whitening(trial, mean, transform)
+        value = score(trial) if score is not None else None
+        candidates.append({"power": power, "dev_spearman": None if value is None else round(value, 2)})
+        log.info("whitening power %s: STS-B dev %s", power, value)
+        if best is None or (value is not None and value > best[1]):
+            best = (power, value if value is not None else float("nan"))
+    assert best is not None
+    power = best[0]
+    mean, transform = whitening_transform(outputs, power)
+    apply_whitening(model, mean, transform)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".whiten-", dir=out.parent) as scratch:
+        folder = Path(scratch) / "model"
+        model.save(str(folder))
+        manifest = {
+            **{key: first.get(key) for key in ("teacher", "student", "config", "seconds")},
+            "scores": final_scores(model) if final_scores is not None else {},
+            "method": first.get("method", "unknown"),
+            "whiten": {
+                "source": {"path": str(source), "files": sha256_tree(source)},
+                "power": power,
+                "corpus": corpus,
+                "sentences": len(texts),
+                "texts_sha256": content_hash(list(texts)),
+                "source_dev_spearman": None if baseline is None else round(baseline, 2),
+                "candidates": candidates,
+                "dev_spearman": None if best[1] != best[1] else round(best[1], 2),
+            },
+        }
+        if "training" in first:
+            manifest["training"] = first["training"]
+        write_checkpoint(folder, out, manifest, curve=[], overwrite=overwrite)
+    return read_manifest(out)
