@@ -28,11 +28,16 @@ provenance = {
     "scores_pytorch": train["scores"],
     "bundle_parity": made.get("parity"),
     "train_seconds": train["seconds"],
-    "made_by": [
-        "distilembed train ... (the train_config above; the command is in docs/results.md)",
-        f"bash scripts/make_default_model.sh {ckpt}  (runs distilembed export --model {ckpt} --out {bundle})",
-    ],
+    "made_by": ["distilembed train ... (the train_config above; the command is in docs/results.md)"],
 }
+if "whiten" in train:  # distilembed whiten: a partial whitening folded into the last Dense layer
+    white = train["whiten"]
+    provenance["whiten"] = {k: white[k] for k in ("power", "corpus", "sentences", "texts_sha256", "candidates")}
+    provenance["whiten"]["source_checkpoint"] = white["source"]["path"]
+    provenance["made_by"].append(f"distilembed whiten {white['source']['path']} --out {ckpt}")
+provenance["made_by"].append(
+    f"bash scripts/make_default_model.sh {ckpt}  (runs distilembed export --model {ckpt} --out {bundle})"
+)
 (out / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
 EOF
 chmod 755 "$tmp" && chmod 644 "$tmp"/*

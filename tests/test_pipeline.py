@@ -145,12 +145,13 @@ def test_cli_bad_input_is_one_line(args, message, tiny_teacher, tiny_bert, tiny_
     assert "Traceback" not in result.stderr
 
 
-def test_congen_ens_preset_is_the_default_models_recipe() -> None:
-    """`--preset congen-ens-mpnet-cpu` reproduces models/default: its training config, field by field
-    (device and stage-2 settings aside: congen has no stage 2 and the preset leaves device to auto)."""
+def test_congen_ens_hpd_preset_and_whiten_are_the_default_models_recipe() -> None:
+    """`--preset congen-ens-hpd-cpu` reproduces models/default's training config, field by field
+    (device and stage-2 settings aside: congen has no stage 2 and the preset leaves device to auto),
+    and `distilembed whiten` at its default fit settings made the shipped checkpoint."""
     provenance = json.loads((ROOT / "models" / "default" / "provenance.json").read_text())
     shipped = provenance["train_config"]
-    preset = asdict(make_config("congen-ens-mpnet-cpu", {}))
+    preset = asdict(make_config("congen-ens-hpd-cpu", {}))
     ignored = {"device", "extra", "finetune_epochs"}
     differing = {
         key: (preset[key], value)
@@ -158,6 +159,10 @@ def test_congen_ens_preset_is_the_default_models_recipe() -> None:
         if key not in ignored and key in preset and _plain(preset[key]) != value
     }
     assert differing == {}
+    white = provenance["whiten"]
+    assert (white["corpus"], white["sentences"]) == ("unlabeled/enwiki2015_1m_sentences.txt.gz", 20000)
+    assert [c["power"] for c in white["candidates"]] == [0.125, 0.25, 0.375, 0.5]
+    assert white["power"] == max(white["candidates"], key=lambda c: c["dev_spearman"])["power"]
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
