@@ -275,6 +275,7 @@ def whiten_command(
         },
         corpus=corpus,
         overwrite=overwrite,
+        progress=True,
     )
     info = manifest["whiten"]
     tried = ", ".join(f"{c['power']}: {c['dev_spearman']}" for c in info["candidates"])

@@ -73,12 +73,14 @@ def _last_dense(model: Any) -> int:
     return len(tail) - 1
 
 
-def dense_outputs(model: Any, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+def dense_outputs(
+    model: Any, texts: Sequence[str], batch_size: int = 64, progress: bool = False
+) -> np.ndarray:
     """The final Dense layer's output for ``texts``, before any Normalize."""
     from sentence_transformers import SentenceTransformer
 
     head = SentenceTransformer(modules=list(model)[: _last_dense(model) + 1], device=str(model.device))
-    return head.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+    return head.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=progress)
 
 
 def apply_whitening(model: Any, mean: np.ndarray, transform: np.ndarray) -> None:
@@ -111,6 +113,7 @@ def whiten_checkpoint(
     final_scores: Callable[[Any], dict[str, float]] | None = None,
     corpus: str = "",
     overwrite: bool = False,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Write ``out``: ``source`` whitened at the power that scores best (the only one if one is given).
 
@@ -133,7 +136,7 @@ def whiten_checkpoint(
             "so its shorter prefixes would no longer be the trained ones"
         )
     model = SentenceTransformer(str(source), device="cpu")
-    outputs = dense_outputs(model, texts)
+    outputs = dense_outputs(model, texts, progress=progress)
     baseline = score(model) if score is not None else None
     candidates: list[dict[str, Any]] = []
     best: tuple[float, float] | None = None
