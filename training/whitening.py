@@ -99,6 +99,15 @@ def apply_whitening(model: Any, mean: np.ndarray, transform: np.ndarray) -> None
             linear.bias.copy_(torch.from_numpy(new_bias).to(linear.bias.dtype))
 
 
+def _restore(linear: Any, weight: Any, bias: Any) -> None:
+    """Put back a linear layer's weights saved before a trial whitening."""
+    import torch
+
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        linear.bias = None if bias is None else torch.nn.Parameter(bias.clone())
+
+
 def _trained_widths(manifest: dict[str, Any]) -> list[int]:
     return list((manifest.get("matryoshka") or {}).get("widths") or [])
 
@@ -138,20 +147,22 @@ def whiten_checkpoint(
     model = SentenceTransformer(str(source), device="cpu")
     outputs = dense_outputs(model, texts, progress=progress)
     baseline = score(model) if score is not None else None
+    linear = model[_last_dense(model)].linear
+    weight = linear.weight.detach().clone()
+    bias = None if linear.bias is None else linear.bias.detach().clone()
+    fits = [(power, whitening_transform(outputs, power)) for power in powers]
     candidates: list[dict[str, Any]] = []
-    best: tuple[float, float] | None = None
-    for power in powers:
-        mean, transform = whitening_transform(outputs, power)
-        trial = SentenceTransformer(str(source), device="cpu")
-        apply_whitening(trial, mean, transform)
-        value = score(trial) if score is not None else None
+    values: list[float] = []
+    for power, (mean, transform) in fits:
+        _restore(linear, weight, bias)
+        apply_whitening(model, mean, transform)
+        value = score(model) if score is not None else None
+        values.append(float("-inf") if value is None else value)
         candidates.append({"power": power, "dev_spearman": None if value is None else round(value, 2)})
         log.info("whitening power %s: STS-B dev %s", power, value)
-        if best is None or (value is not None and value > best[1]):
-            best = (power, value if value is not None else float("nan"))
-    assert best is not None
-    power = best[0]
-    mean, transform = whitening_transform(outputs, power)
+    chosen = max(range(len(fits)), key=values.__getitem__)  # the first best; the first one if unscored
+    power, (mean, transform) = fits[chosen]
+    _restore(linear, weight, bias)
     apply_whitening(model, mean, transform)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".whiten-", dir=out.parent) as scratch:
@@ -169,7 +180,7 @@ def whiten_checkpoint(
                 "texts_sha256": content_hash(list(texts)),
                 "source_dev_spearman": None if baseline is None else round(baseline, 2),
                 "candidates": candidates,
-                "dev_spearman": None if best[1] != best[1] else round(best[1], 2),
+                "dev_spearman": candidates[chosen]["dev_spearman"],
             },
         }
         if "training" in first:
