@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
 
     retrieval = compression.load_retrieval(shared)
     own = retrieval.own
-    student = Encoder(args.bundle, "int8", threads=args.threads).encode(retrieval.corpus)
+    student = Encoder(args.bundle, "int8", threads=args.threads).encode(retrieval.corpus, progress="student")
     rows_out = []
     with tempfile.TemporaryDirectory(prefix="bench-binary-lists-") as tmp:
         for n in retrieval.sizes:

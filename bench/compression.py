@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     students, sts = {}, {}
     for name, path in bundles.items():
         encoder = Encoder(path, args.variant, threads=args.threads)
-        students[name] = encoder.encode(data.corpus)
+        students[name] = encoder.encode(data.corpus, progress=f"student {name}")
         left = encoder.encode([p.sentence1 for p in pairs])
         right = encoder.encode([p.sentence2 for p in pairs])
         for width in widths:

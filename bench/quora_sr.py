@@ -79,7 +79,7 @@ def student_vectors(args: argparse.Namespace, data: QuoraRetrieval) -> tuple[np.
 
     encoder = Encoder(args.bundle, variant=args.variant, threads=args.threads)
     start = time.perf_counter()
-    vectors = encoder.encode(data.corpus)
+    vectors = encoder.encode(data.corpus, progress="student")
     return vectors, len(data.corpus) / (time.perf_counter() - start)
 
 

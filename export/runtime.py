@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from distilembed.artifacts import read_manifest, sha256_file
 from distilembed.errors import UserError
@@ -169,17 +170,24 @@ class Encoder:
             feeds["token_type_ids"] = np.zeros_like(batch.input_ids)
         return self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
 
-    def encode_ids(self, ids: list[list[int]], batch_size: int | None = None) -> np.ndarray:
+    def encode_ids(
+        self, ids: list[list[int]], batch_size: int | None = None, progress: str | None = None
+    ) -> np.ndarray:
+        """``progress``: a bar with this label over the rows (long offline passes), none if None."""
         result = np.zeros((len(ids), self.dim), dtype=np.float32)
-        for batch in self._batches(ids, batch_size or self.batch_size):
-            result[batch.order] = self.run(batch)
+        with tqdm(total=len(ids), desc=progress, unit="text", disable=progress is None) as bar:
+            for batch in self._batches(ids, batch_size or self.batch_size):
+                result[batch.order] = self.run(batch)
+                bar.update(len(batch.order))
         norms = np.linalg.norm(result, axis=1, keepdims=True)
         return result / np.maximum(norms, 1e-12)
 
-    def encode(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str], batch_size: int | None = None, progress: str | None = None
+    ) -> np.ndarray:
         """(len(texts), dim) float32, L2-normalised; an empty list gives a (0, dim) array."""
         if isinstance(texts, str):
             raise TypeError("encode() takes a list of texts, not a single string")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self.encode_ids(self.tokenize(texts), batch_size)
+        return self.encode_ids(self.tokenize(texts), batch_size, progress)

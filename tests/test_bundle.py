@@ -49,6 +49,17 @@ def test_encoder_matches_pytorch_on_mixed_lengths(bundle, checkpoint) -> None:
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
+def test_progress_bar_counts_every_text_and_changes_nothing(bundle, capsys) -> None:
+    texts = tiny_sentences(11, seed=3)
+    encoder = Encoder(bundle, variant="fp32", batch_size=4)
+    quiet = encoder.encode(texts)
+    assert "encode" not in capsys.readouterr().err
+    shown = encoder.encode(texts, progress="encode")
+    err = capsys.readouterr().err
+    assert "encode: 100%" in err and f"{len(texts)}/{len(texts)}" in err
+    np.testing.assert_array_equal(shown, quiet)
+
+
 def test_empty_input_gives_empty_array(bundle) -> None:
     out = Encoder(bundle).encode([])
     assert out.shape == (0, 8) and out.dtype == np.float32
