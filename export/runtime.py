@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from distilembed.artifacts import read_manifest, sha256_file
 from distilembed.errors import UserError
@@ -173,12 +172,20 @@ class Encoder:
     def encode_ids(
         self, ids: list[list[int]], batch_size: int | None = None, progress: str | None = None
     ) -> np.ndarray:
-        """``progress``: a bar with this label over the rows (long offline passes), none if None."""
+        """``progress``: a bar with this label over the rows (long offline passes), none if None.
+        The service calls this per request, so without ``progress`` no bar object is made at all."""
         result = np.zeros((len(ids), self.dim), dtype=np.float32)
-        with tqdm(total=len(ids), desc=progress, unit="text", disable=progress is None) as bar:
-            for batch in self._batches(ids, batch_size or self.batch_size):
-                result[batch.order] = self.run(batch)
+        bar = None
+        if progress is not None:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(ids), desc=progress, unit="text")
+        for batch in self._batches(ids, batch_size or self.batch_size):
+            result[batch.order] = self.run(batch)
+            if bar is not None:
                 bar.update(len(batch.order))
+        if bar is not None:
+            bar.close()
         norms = np.linalg.norm(result, axis=1, keepdims=True)
         return result / np.maximum(norms, 1e-12)
 

@@ -38,10 +38,14 @@ EIGEN_FLOOR = 1e-6  # relative to the largest eigenvalue: a degenerate direction
 ScoreFn = Callable[[Any], float]
 
 
-def whitening_transform(vectors: np.ndarray, power: float) -> tuple[np.ndarray, np.ndarray]:
-    """The mean ``mu`` (d,) and the symmetric transform ``T`` (d, d) of the docstring's equation."""
+def _check_power(power: float) -> None:
     if not 0.0 <= power <= 1.0:
         raise UserError(f"whitening power must be in [0, 1], got {power}")
+
+
+def whitening_transform(vectors: np.ndarray, power: float) -> tuple[np.ndarray, np.ndarray]:
+    """The mean ``mu`` (d,) and the symmetric transform ``T`` (d, d) of the docstring's equation."""
+    _check_power(power)
     x = np.asarray(vectors, dtype=np.float64)
     if x.ndim != 2 or len(x) <= x.shape[1]:
         width = x.shape[-1]
@@ -108,10 +112,6 @@ def _restore(linear: Any, weight: Any, bias: Any) -> None:
         linear.bias = None if bias is None else torch.nn.Parameter(bias.clone())
 
 
-def _trained_widths(manifest: dict[str, Any]) -> list[int]:
-    return list((manifest.get("matryoshka") or {}).get("widths") or [])
-
-
 def whiten_checkpoint(
     source: Path,
     out: Path,
@@ -133,15 +133,15 @@ def whiten_checkpoint(
 
     if not source.is_dir():
         raise UserError(f"checkpoint not found: {source}")
-    for power in powers:
-        if not 0.0 <= power <= 1.0:
-            raise UserError(f"whitening power must be in [0, 1], got {power}")
+    for power in powers:  # before the slow load and encoding, not after
+        _check_power(power)
     if len(powers) > 1 and score is None:
         raise UserError("choosing between several powers needs a dev score")
     first = read_manifest(source) if (source / "manifest.json").is_file() else {}
-    if len(_trained_widths(first)) > 1:
+    widths = list((first.get("matryoshka") or {}).get("widths") or [])
+    if len(widths) > 1:
         raise UserError(
-            f"{source} is a Matryoshka student ({_trained_widths(first)}): whitening mixes its dimensions, "
+            f"{source} is a Matryoshka student ({widths}): whitening mixes its dimensions, "
             "so its shorter prefixes would no longer be the trained ones"
         )
     model = SentenceTransformer(str(source), device="cpu")
