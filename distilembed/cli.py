@@ -24,6 +24,8 @@ app = typer.Typer(
 
 
 def _register() -> None:
+    if app.registered_commands or app.registered_groups:  # once per process: tests call main() again
+        return
     from export.cli import register as register_export
     from index.cli import register as register_index
     from service.cli import register as register_service

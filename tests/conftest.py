@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,33 @@ def tiny_bundle(tiny_bert, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bundles") / "tiny"
     build_bundle(checkpoint, out, parity_texts=tiny_sentences(20), gate=ParityGate(int8_mean_cosine=0.0))
     return out
+
+
+@dataclass(frozen=True)
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """``distilembed ARGS`` through the real entry point (its error handling and exit codes), in this
+    process: a new interpreter would spend ~9 s importing torch for each bad-input case. An error the
+    entry point does not turn into a message propagates and fails the test. ``env`` adds variables."""
+    from distilembed import cli
+
+    def run(*args: str, env: dict[str, str] | None = None) -> CliResult:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(sys, "argv", ["distilembed", *args])
+        capsys.readouterr()
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exited:
+            code = exited.code if isinstance(exited.code, int) else 1
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run

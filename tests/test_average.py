@@ -9,7 +9,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from distilembed.errors import UserError
-from tests.test_pipeline import _cli
 from tests.tiny_models import make_tiny_sentence_model
 from training.average import average_checkpoints, average_state_dicts
 
@@ -81,9 +80,11 @@ def test_greedy_soup_keeps_an_ingredient_only_when_the_score_does_not_drop(tmp_p
     assert _probe(tmp_path / "soup") == pytest.approx(0.5)
 
 
-def test_cli_bad_input_is_one_line(tmp_path: Path) -> None:
+def test_cli_bad_input_is_one_line(tmp_path: Path, run_cli) -> None:
     real = _checkpoint(tmp_path, "a", 0.0)
-    result = _cli("average", str(real), str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--no-dev")
+    result = run_cli(
+        "average", str(real), str(tmp_path / "nowhere"), "--out", str(tmp_path / "o"), "--no-dev"
+    )
     assert result.returncode == 2, result.stderr
     assert "checkpoint not found" in result.stderr
     assert "Traceback" not in result.stderr

@@ -107,42 +107,49 @@ def _cli(*args, env_data=None):
     )
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--corpus", "missing.txt"], "corpus not found"),
-        (["--corpus", "empty.txt"], "corpus is empty"),
-        (["--skip-sentences", "100000000"], "no sentences after skipping the first 100000000"),
-        (["--skip-sentences", "-1"], "must not be negative"),
-        (["--corpus", "data.parquet"], "unknown corpus format"),
-        (["--teacher", "no-such-teacher"], "model not found"),
-        (["--dim", "64"], "smaller than the student's hidden size 32"),
-        (["--sts-dir", "nowhere"], "STS"),
-    ],
-)
-def test_cli_bad_input_is_one_line(args, message, tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+BAD_TRAIN_INPUT = [
+    (["--corpus", "missing.txt"], "corpus not found"),
+    (["--corpus", "empty.txt"], "corpus is empty"),
+    (["--skip-sentences", "100000000"], "no sentences after skipping the first 100000000"),
+    (["--skip-sentences", "-1"], "must not be negative"),
+    (["--corpus", "data.parquet"], "unknown corpus format"),
+    (["--teacher", "no-such-teacher"], "model not found"),
+    (["--dim", "64"], "smaller than the student's hidden size 32"),
+    (["--sts-dir", "nowhere"], "STS"),
+]
+
+
+def _train_args(tiny_teacher: Path, tiny_bert: Path, tiny_data: Path, out: Path) -> list[str]:
     (tiny_data / "empty.txt").write_text("\n\n")
     (tiny_data / "data.parquet").write_bytes(b"PAR1")
-    base = [
-        "train",
-        "--out",
-        str(tmp_path / "o"),
-        "--teacher",
-        str(tiny_teacher),
-        "--student",
-        str(tiny_bert),
-        "--corpus",
-        "corpus.txt",
-        "--dim",
-        "8",
-        "--max-steps",
-        "1",
+    return [
+        *("train", "--out", str(out), "--teacher", str(tiny_teacher), "--student", str(tiny_bert)),
+        *("--corpus", "corpus.txt", "--dim", "8", "--max-steps", "1"),
     ]
-    result = _cli(*base, *args, env_data=tiny_data)
+
+
+def _one_error_line(stderr: str, message: str) -> None:
+    lines = [line for line in stderr.strip().splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and message in lines[0], stderr
+    assert "Traceback" not in stderr
+
+
+def test_cli_bad_input_is_one_line_in_a_real_process(tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
+    args, message = BAD_TRAIN_INPUT[0]
+    result = _cli(*_train_args(tiny_teacher, tiny_bert, tiny_data, tmp_path / "o"), *args, env_data=tiny_data)
     assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and message in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
+    _one_error_line(result.stderr, message)
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_TRAIN_INPUT)
+def test_cli_bad_input_is_one_line(
+    args, message, tiny_teacher, tiny_bert, tiny_data, tmp_path, run_cli
+) -> None:
+    base = _train_args(tiny_teacher, tiny_bert, tiny_data, tmp_path / "o")
+    result = run_cli(*base, *args, env={"DISTILEMBED_DATA_DIR": str(tiny_data)})
+    assert result.returncode == 2, result.stderr
+    _one_error_line(result.stderr, message)
+    assert not (tmp_path / "o").exists()
 
 
 def test_congen_ens_hpd_preset_and_whiten_are_the_default_models_recipe() -> None:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from distilembed.errors import UserError
-from tests.test_pipeline import _cli
 from tests.tiny_models import make_tiny_sentence_model, tiny_sentences
 from training.whitening import dense_outputs, fold_into_linear, whiten_checkpoint, whitening_transform
 
@@ -119,10 +118,12 @@ def test_matryoshka_and_dense_free_students_are_refused(tiny_student: Path, tmp_
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_cli_bad_power_is_one_line(tiny_student: Path, tiny_data: Path, tmp_path: Path) -> None:
+def test_cli_bad_power_is_one_line(tiny_student: Path, tiny_data: Path, tmp_path: Path, run_cli) -> None:
     args = ("whiten", str(tiny_student), "--out", str(tmp_path / "o"), "--corpus", "corpus.txt")
     for power, message in (("2", "power must be in [0, 1]"), ("x", "--power takes comma-separated floats")):
-        result = _cli(*args, "--power", power, "--skip-sentences", "0", env_data=tiny_data)
+        result = run_cli(
+            *args, "--power", power, "--skip-sentences", "0", env={"DISTILEMBED_DATA_DIR": str(tiny_data)}
+        )
         assert result.returncode == 2, result.stderr
         assert message in result.stderr
         assert "Traceback" not in result.stderr
