@@ -1,0 +1,129 @@
+"""Can a fixed linear map of a student's output make its short prefixes better? STS-B at 128/64/32-d.
+
+    python bench/prefix_rotation.py --model CHECKPOINT --out bench/results/prefix_rotation_NAME.json
+
+An orthogonal map leaves every 128-d cosine as it is, so if some rotation put more of what the
+student knows into its first 32 or 64 coordinates, a Matryoshka student's shares (issue 23) would
+rise for free. Fitted on --fit-sentences Wikipedia sentences after the first --skip-sentences (text
+no preset trains on), on the final Dense layer's output before normalisation (what ``distilembed
+whiten`` folds into that layer). Candidates: the identity; centring; the PCA basis (coordinates in
+order of variance) at whitening powers p; the symmetric (ZCA) whitening ``whiten`` uses; the PCA
+basis inside the first 64 coordinates only (64-d and 128-d unchanged). Selection is on STS-B dev;
+test is reported beside it. PyTorch, not int8. Prints a table and writes JSON; no doc block (the
+result is a paragraph of docs/methods.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from results_doc import markdown_table, run_info  # noqa: E402
+
+WIDTHS = (128, 64, 32)
+
+
+def wikipedia(path: str, skip: int, n: int) -> list[str]:
+    out: list[str] = []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for i, line in enumerate(handle):
+            if i >= skip and line.strip():
+                out.append(line.strip())
+                if len(out) == n:
+                    break
+    return out
+
+
+def candidates(fit: np.ndarray, powers: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """name: (mean, map) with the output's row x becoming (x - mean) @ map."""
+    dim = fit.shape[1]
+    mean = fit.mean(axis=0)
+    values, vectors = np.linalg.eigh(np.cov(fit - mean, rowvar=False))
+    order = np.argsort(values)[::-1]
+    values, vectors = values[order], vectors[:, order]
+    out = {"identity": (np.zeros(dim), np.eye(dim)), "centred": (mean, np.eye(dim))}
+    for p in powers:
+        scaled = vectors * values ** (-p / 2)
+        out[f"PCA basis, whitening {p:g}"] = (mean, scaled)
+        if p:
+            out[f"ZCA whitening {p:g} (distilembed whiten)"] = (mean, scaled @ vectors.T)
+    head = min(64, dim)
+    inner_values, inner = np.linalg.eigh(np.cov(fit[:, :head] - mean[:head], rowvar=False))
+    block = np.eye(dim)
+    block[:head, :head] = inner[:, np.argsort(inner_values)[::-1]]
+    out[f"PCA basis inside the first {head} coordinates"] = (mean, block)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    data = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a student checkpoint (PyTorch)")
+    parser.add_argument("--corpus", default=f"{data}/unlabeled/enwiki2015_1m_sentences.txt.gz")
+    parser.add_argument("--skip-sentences", type=int, default=900_000)
+    parser.add_argument("--fit-sentences", type=int, default=20_000)
+    parser.add_argument("--powers", default="0,0.25,0.5")
+    parser.add_argument("--sts-dir", default=f"{data}/sts")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+
+    from sentence_transformers import SentenceTransformer
+
+    from training.data.sts import load_stsb_split
+    from training.evaluation import evaluate_vectors
+    from training.whitening import dense_outputs
+
+    splits = {split: load_stsb_split(args.sts_dir, split) for split in ("dev", "test")}
+    sentences = sorted({s for pairs in splits.values() for p in pairs for s in (p.sentence1, p.sentence2)})
+    model = SentenceTransformer(args.model, device="cpu")
+    fit = dense_outputs(model, wikipedia(args.corpus, args.skip_sentences, args.fit_sentences), progress=True)
+    sts = dense_outputs(model, sentences, progress=True)
+    scores: dict[str, dict[str, list[float]]] = {}
+    for name, (mean, mapping) in candidates(fit, [float(p) for p in args.powers.split(",")]).items():
+        mapped = (sts - mean) @ mapping
+        scores[name] = {}
+        for split, pairs in splits.items():
+            row = []
+            for width in WIDTHS:
+                cut = mapped[:, :width]
+                row.append(
+                    round(
+                        evaluate_vectors(sentences, cut / np.linalg.norm(cut, axis=1, keepdims=True), pairs),
+                        2,
+                    )
+                )
+            scores[name][split] = row
+    header = ["map", *(f"{s} {w}" for s in ("dev", "test") for w in WIDTHS), "test 64/128", "test 32/128"]
+    rows = [
+        [
+            name,
+            *s["dev"],
+            *s["test"],
+            f"{100 * s['test'][1] / s['test'][0]:.1f}%",
+            f"{100 * s['test'][2] / s['test'][0]:.1f}%",
+        ]
+        for name, s in scores.items()
+    ]
+    print(markdown_table(header, rows))
+    result = {
+        "model": args.model,
+        "spearman": scores,
+        "widths": list(WIDTHS),
+        "run": run_info("bench/prefix_rotation.py", argv),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
