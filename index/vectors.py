@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from faiss.contrib.inspect_tools import get_invlist
 
 from distilembed.artifacts import FILE_MODE
 from distilembed.errors import UserError
+from index.binary_scan import countable, hamming_search
 
 log = logging.getLogger(__name__)
 MIN_POINTS_PER_LIST = 39  # Faiss warns below this many training points per centroid
@@ -129,9 +131,10 @@ def describe(index: faiss.Index) -> tuple[str, int]:
 
 def default_nprobe(storage: str) -> int:
     """Lists searched per query by default: 8 for the rescored lists (pq, binary), whose candidates
-    are rescored, so more lists buy recall cheaply (bench/binary_lists.py, 136,824 documents: Quora
-    MRR@10 rescored 94.4% of the teacher's exact search at nprobe 5, 95.9% at 8, 97.3% at 16, at
-    6.4x / 5.7x / 5.4x the teacher's IVF speed; docs/decisions.md, 40); 5 for float32 and sq8."""
+    are rescored, so more lists buy recall cheaply (bench/binary_lists.py, 136,824 documents, 1,024
+    binary lists: Quora MRR@10 rescored 95.1% of the teacher's exact search at nprobe 5, 96.4% at 8,
+    97.6% at 16, at 8.9x / 8.8x / 6.2x the teacher's IVF speed; docs/decisions.md, 40, 43); 5 for
+    float32 and sq8."""
     return 8 if storage in RESCORED else 5
 
 
@@ -165,6 +168,13 @@ def centroid_bytes(index: faiss.Index | faiss.IndexBinary) -> int:
     return int(quantizer.ntotal * quantizer.code_size)
 
 
+def binary_nlist(n: int) -> int:
+    """The most binary lists worth having for ``n`` vectors: about sqrt(n). Their counting scan costs
+    ~1 ns a code while the coarse step compares every query with every float centroid, so below
+    ~1M vectors fewer, longer lists are faster and no worse (docs/decisions.md, 43)."""
+    return max(1, math.isqrt(n))
+
+
 def plan_index(
     n: int,
     nlist: int = 1024,
@@ -184,6 +194,12 @@ def plan_index(
         return IndexPlan(
             "flat", 0, f"{n} vectors: too few to train {2 ** pq[1]}-code PQ codebooks, exact search"
         )
+    if storage == "binary" and binary_nlist(n) < fitted:
+        fitted = binary_nlist(n)
+        reason = (
+            f"nlist lowered {nlist} -> {fitted}, about sqrt(n): binary lists scan fast, the centroids do not"
+        )
+        return IndexPlan("ivf", fitted, reason, storage, *pq)
     if fitted < nlist:
         reason = f"nlist lowered {nlist} -> {fitted} to keep >= {MIN_POINTS_PER_LIST} points/list"
         return IndexPlan("ivf", fitted, reason, storage, *pq)
@@ -280,6 +296,8 @@ def search(
     if is_binary(index):
         count_coarse_hamming(index)
         distances, ids = index.search(signs(queries), k, params=params)
+    elif countable(index):
+        distances, ids = hamming_search(index, queries, k, index.nprobe if nprobe is None else nprobe)
     else:
         distances, ids = index.search(queries, k, params=params)
     if has_binary_lists(index):
@@ -290,8 +308,8 @@ def search(
 def count_coarse_hamming(index: faiss.IndexBinary) -> None:
     """Let a binary IVF pick its nearest lists by counting Hamming distances (0..d) instead of
     keeping a heap: the same lists, 1.5-1.7x faster over 1,024 centroids (docs/decisions.md, 36).
-    Faiss does not store the flag in the file, so every search sets it. Only the coarse step: the
-    lists' own counting search returns no neighbours in Faiss 1.15 (tests/test_index_compressed.py)."""
+    Faiss does not store the flag in the file, so every search sets it. Only the coarse step of these
+    older files; today's binary lists count in their scan too (index/binary_scan.py)."""
     if isinstance(index, faiss.IndexBinaryIVF):
         quantizer = faiss.downcast_IndexBinary(index.quantizer)
         if isinstance(quantizer, faiss.IndexBinaryFlat):

@@ -120,16 +120,6 @@ def test_binary_lists_are_chosen_by_counting_with_the_heap_s_distances() -> None
     assert (ids >= 0).all()
 
 
-def test_faiss_binary_ivf_counting_over_the_lists_still_finds_nothing() -> None:
-    """Why only the coarse step counts (index/vectors.py, count_coarse_hamming): Faiss 1.15's
-    counting search over a binary IVF's lists answers -1 for every neighbour. When this fails,
-    Faiss has fixed it and the lists can count too."""
-    index, vectors = _binary_ivf(np.random.default_rng(6))
-    index.use_heap = False
-    _, ids = index.search(signs(vectors[:5]), 5)
-    assert (ids == -1).all()
-
-
 @pytest.mark.parametrize("storage", STORAGES)
 def test_rescored_scores_are_exact_and_all_candidates_give_exact_search(tmp_path, storage) -> None:
     vectors = make_index(tmp_path / "idx", storage=storage)
