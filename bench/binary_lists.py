@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
             rescorer = Rescorer(path, vectors.shape[1], shared.rescore_k)
             for nlist, nprobe in configs:
                 sized = argparse.Namespace(**{**vars(shared), "nlist": nlist, "binary_nlist": nlist})
-                index = compression.trained_ivf(vectors, "binary", sized)
+                index = compression.trained_ivf(vectors, "binary", sized, planned=False)
                 search = partial(
                     compression.rescored_search, rescorer, index, vectors[own], shared.k + 1, nprobe
                 )

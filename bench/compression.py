@@ -53,7 +53,15 @@ from results_doc import add_doc_args, fmt, markdown_table, publish, publish_save
 from timing import interleaved_seconds  # noqa: E402
 
 from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
-from index.vectors import binary_lists, default_nprobe, default_pq_m, new_ivf, search, signs  # noqa: E402
+from index.vectors import (  # noqa: E402
+    binary_lists,
+    default_nprobe,
+    default_pq_m,
+    new_ivf,
+    plan_index,
+    search,
+    signs,
+)
 from training.data.sts import read_stsb  # noqa: E402
 from training.data.text import read_sentences  # noqa: E402
 
@@ -76,10 +84,16 @@ class Row:
     result: dict[str, Any] = field(default_factory=dict)
 
 
-def trained_ivf(vectors: np.ndarray, storage: str, args: argparse.Namespace) -> faiss.Index:
-    """An IVF as ``index build`` makes it (index/vectors.py), trained on a sample, filled with ids 0..n-1."""
+def trained_ivf(
+    vectors: np.ndarray, storage: str, args: argparse.Namespace, planned: bool = True
+) -> faiss.Index:
+    """An IVF as ``index build`` makes it (index/vectors.py), trained on a sample, filled with ids 0..n-1.
+    Binary lists get the nlist ``index build`` plans (about sqrt(n), decision 43) unless not ``planned``."""
     dim = vectors.shape[1]
-    nlist = (args.binary_nlist or args.nlist) if storage == "binary" else args.nlist
+    nlist = args.nlist
+    if storage == "binary":
+        nlist = args.binary_nlist or args.nlist
+        nlist = plan_index(len(vectors), nlist, 0, "binary").nlist if planned else nlist
     index = new_ivf(dim, nlist, storage, (default_pq_m(dim), 8))
     sample = vectors[np.sort(np.random.default_rng(args.seed).permutation(len(vectors))[: args.train_sample])]
     index.train(sample)
@@ -101,10 +115,12 @@ def student_rows(
         index = trained_ivf(vectors, storage, args)
         code = float(index.code_size + 8)
         nprobe = {"binary": args.binary_nprobe, "pq": args.pq_nprobe}.get(storage, args.nprobe)
-        rows.append(Row(model, dim, storage, n, partial(plain_search, index, queries, k, nprobe), code))
+        lists = {"nlist": faiss.extract_index_ivf(index).nlist}
+        search_ = partial(plain_search, index, queries, k, nprobe)
+        rows.append(Row(model, dim, storage, n, search_, code, result=dict(lists)))
         if storage in ("pq", "binary"):
             rescored = partial(rescored_search, rescorer, index, queries, k, nprobe)
-            rows.append(Row(model, dim, f"{storage}+rescore", n, rescored, code, 4 * dim))
+            rows.append(Row(model, dim, f"{storage}+rescore", n, rescored, code, 4 * dim, result=dict(lists)))
     return rows
 
 
@@ -233,7 +249,14 @@ def render(result: dict[str, Any]) -> str:
         table.append(line)
     bundles = (b.split("=", 1) for b in args["bundles"].split(","))
     models = ", ".join(f"{name} = `{repo_path(path)}`" for name, path in bundles)
-    binary_nlist = args.get("binary_nlist") or args["nlist"]
+    planned = sorted(
+        {(r["corpus"], r["nlist"]) for r in result["rows"] if r["storage"] == "binary" and "nlist" in r}
+    )
+    binary_nlist = (
+        " / ".join(f"{nlist:,}" for _, nlist in planned) + " (about sqrt(n), as `index build` plans them)"
+        if planned
+        else args.get("binary_nlist") or args["nlist"]
+    )
     pq_nprobe = args.get("pq_nprobe", args["nprobe"])
     setup = (
         f"Students: {models} ({args['variant']}). Quora retrieval as in bench/quora_sr.py; IVF nlist "

@@ -48,6 +48,8 @@ from timing import interleaved_seconds
 from index.vectors import new_ivf
 from training.data.text import content_hash, read_sentences
 
+DISTRACTOR_CHUNK = 100_000  # teacher-cache entries of distractors: whole slices, so runs share them
+
 
 def teacher_vectors(
     args: argparse.Namespace, questions: list[str], distractors: list[str], kept: list[int]
@@ -55,8 +57,8 @@ def teacher_vectors(
     """Questions from --teacher-vectors or the teacher; distractors always through the target cache.
 
     Both go through ``Teacher.targets`` (the on-disk cache of ``distilembed train``), so the
-    questions are encoded once per machine and the first 200k Wikipedia sentences share the HPD
-    preset's cache (``distilembed targets ... --n-sentences 200000``)."""
+    questions are encoded once per machine. The cache is keyed by the whole list, so distractors go
+    in slices of ``DISTRACTOR_CHUNK``: a run with 200k reuses the first 100k of a run with 100k."""
     from training.teacher_targets import Teacher
 
     teacher = Teacher(args.teacher, batch_size=args.teacher_batch_size)
@@ -69,7 +71,11 @@ def teacher_vectors(
     else:
         vectors = teacher.targets(questions)[0].astype(np.float32)
     if kept:
-        extra = teacher.targets(distractors)[0][np.asarray(kept)].astype(np.float32)
+        chunks = [
+            teacher.targets(distractors[start : start + DISTRACTOR_CHUNK])[0]
+            for start in range(0, len(distractors), DISTRACTOR_CHUNK)
+        ]
+        extra = np.concatenate(chunks)[np.asarray(kept)].astype(np.float32)
         vectors = np.concatenate([vectors, extra])
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 

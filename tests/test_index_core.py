@@ -25,6 +25,16 @@ def test_plan_index_adapts_to_corpus_size() -> None:
     assert plan_index(30, flat_below=10).kind == "flat"  # fewer than 39 points: not even one list
 
 
+def test_binary_lists_are_planned_at_about_sqrt_n_below_the_lists_asked() -> None:
+    """Binary lists scan fast and their float centroids do not, so a small corpus gets fewer of
+    them (decision 43); a corpus of 10^7 gets the 1,024 asked for, and other storages are as before."""
+    assert [plan_index(n, storage="binary").nlist for n in (12_000, 36_824, 136_824)] == [109, 191, 369]
+    assert "sqrt(n)" in plan_index(36_824, storage="binary").reason
+    assert plan_index(10**7, storage="binary").nlist == 1024
+    assert plan_index(36_824, nlist=64, storage="binary").nlist == 64  # fewer asked: as asked
+    assert plan_index(136_824, storage="pq").nlist == plan_index(136_824).nlist == 1024
+
+
 def test_ivf_keeps_ids_and_nprobe_survives_save_load(tmp_path) -> None:
     vectors = clustered(4000)
     ids = np.arange(4000, dtype=np.int64) * 10 + 7  # arbitrary stable ids
