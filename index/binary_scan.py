@@ -1,8 +1,8 @@
 """The Hamming scan of binary lists, by Faiss's counting search rather than the lists' own heap.
 
 Binary lists are an ``IndexIVFSpectralHash`` (``index/vectors.binary_lists``, decision 40). Its own
-search keeps a heap of the k best per query, and with k = ``rescore_k`` (50) candidates from the ~300
-codes of 8 short lists that heap is most of the scan. Faiss's ``IndexBinaryIVF`` can instead count
+search keeps a heap of the k best per query, and with k = ``rescore_k`` (50) candidates from a few
+hundred codes that heap is most of the scan. Faiss's ``IndexBinaryIVF`` can instead count
 Hamming distances (0..d) into buckets, exact top k without a heap, so this module scans the same
 lists through an ``IndexBinaryIVF`` that shares them (not a copy: upserts and deletes show at once):
 
