@@ -110,7 +110,7 @@ def test_runtime_encoder_imports_no_torch(bundle) -> None:
     assert "(1, 8)" in result.stdout
 
 
-def test_export_cli_writes_bundle_and_refuses_existing(checkpoint, tiny_data, tmp_path) -> None:
+def test_export_cli_writes_bundle_and_refuses_existing(checkpoint, tiny_data, tmp_path, run_cli) -> None:
     import os
 
     out = tmp_path / "cli-bundle"
@@ -136,7 +136,7 @@ def test_export_cli_writes_bundle_and_refuses_existing(checkpoint, tiny_data, tm
     assert manifest["parity"]["stsb_test_fp32"] == pytest.approx(
         manifest["parity"]["stsb_test_pytorch"], abs=0.05
     )
-    again = subprocess.run(args, capture_output=True, text=True, env=env, check=False, timeout=300)
+    again = run_cli(*args[3:], env={"DISTILEMBED_DATA_DIR": str(tiny_data)})  # the refusal, in-process
     assert again.returncode == 2 and "output exists" in again.stderr and "Traceback" not in again.stderr
 
 
