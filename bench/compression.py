@@ -90,10 +90,9 @@ def trained_ivf(
     """An IVF as ``index build`` makes it (index/vectors.py), trained on a sample, filled with ids 0..n-1.
     Binary lists get the nlist ``index build`` plans (about sqrt(n), decision 43) unless not ``planned``."""
     dim = vectors.shape[1]
-    nlist = args.nlist
-    if storage == "binary":
-        nlist = args.binary_nlist or args.nlist
-        nlist = plan_index(len(vectors), nlist, 0, "binary").nlist if planned else nlist
+    nlist = (args.binary_nlist or args.nlist) if storage == "binary" else args.nlist
+    if storage == "binary" and planned:
+        nlist = plan_index(len(vectors), nlist, 0, "binary").nlist
     index = new_ivf(dim, nlist, storage, (default_pq_m(dim), 8))
     sample = vectors[np.sort(np.random.default_rng(args.seed).permutation(len(vectors))[: args.train_sample])]
     index.train(sample)
@@ -115,12 +114,12 @@ def student_rows(
         index = trained_ivf(vectors, storage, args)
         code = float(index.code_size + 8)
         nprobe = {"binary": args.binary_nprobe, "pq": args.pq_nprobe}.get(storage, args.nprobe)
-        lists = {"nlist": faiss.extract_index_ivf(index).nlist}
+        nlist = faiss.extract_index_ivf(index).nlist
         search_ = partial(plain_search, index, queries, k, nprobe)
-        rows.append(Row(model, dim, storage, n, search_, code, result=dict(lists)))
+        rows.append(Row(model, dim, storage, n, search_, code, result={"nlist": nlist}))
         if storage in ("pq", "binary"):
             rescored = partial(rescored_search, rescorer, index, queries, k, nprobe)
-            rows.append(Row(model, dim, f"{storage}+rescore", n, rescored, code, 4 * dim, result=dict(lists)))
+            rows.append(Row(model, dim, f"{storage}+rescore", n, rescored, code, 4 * dim, {"nlist": nlist}))
     return rows
 
 

@@ -16,7 +16,6 @@ result is a paragraph of docs/methods.md).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import sys
@@ -31,17 +30,6 @@ if str(ROOT) not in sys.path:
 from results_doc import markdown_table, run_info  # noqa: E402
 
 WIDTHS = (128, 64, 32)
-
-
-def wikipedia(path: str, skip: int, n: int) -> list[str]:
-    out: list[str] = []
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for i, line in enumerate(handle):
-            if i >= skip and line.strip():
-                out.append(line.strip())
-                if len(out) == n:
-                    break
-    return out
 
 
 def candidates(fit: np.ndarray, powers: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -80,14 +68,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from sentence_transformers import SentenceTransformer
 
-    from training.data.sts import load_stsb_split
+    from training.data.sts import distinct_sentences, load_stsb_split
+    from training.data.text import read_sentences
     from training.evaluation import evaluate_vectors
     from training.whitening import dense_outputs
 
     splits = {split: load_stsb_split(args.sts_dir, split) for split in ("dev", "test")}
-    sentences = sorted({s for pairs in splits.values() for p in pairs for s in (p.sentence1, p.sentence2)})
+    sentences = distinct_sentences([p for pairs in splits.values() for p in pairs])
     model = SentenceTransformer(args.model, device="cpu")
-    fit = dense_outputs(model, wikipedia(args.corpus, args.skip_sentences, args.fit_sentences), progress=True)
+    wiki = read_sentences(args.corpus, limit=args.fit_sentences, skip=args.skip_sentences)
+    fit = dense_outputs(model, wiki, progress=True)
     sts = dense_outputs(model, sentences, progress=True)
     scores: dict[str, dict[str, list[float]]] = {}
     for name, (mean, mapping) in candidates(fit, [float(p) for p in args.powers.split(",")]).items():

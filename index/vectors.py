@@ -194,8 +194,8 @@ def plan_index(
         return IndexPlan(
             "flat", 0, f"{n} vectors: too few to train {2 ** pq[1]}-code PQ codebooks, exact search"
         )
-    if storage == "binary" and binary_nlist(n) < fitted:
-        fitted = binary_nlist(n)
+    if storage == "binary" and (fewer := binary_nlist(n)) < fitted:
+        fitted = fewer
         reason = (
             f"nlist lowered {nlist} -> {fitted}, about sqrt(n): binary lists scan fast, the centroids do not"
         )
@@ -292,14 +292,13 @@ def search(
     """(scores, ids), each (n_queries, k); missing neighbours have id -1. Binary lists score
     1 - 2 * Hamming distance / d, the cosine of the sign vectors' angle estimate."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
-    params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None and is_ivf(index) else None
-    if is_binary(index):
-        count_coarse_hamming(index)
-        distances, ids = index.search(signs(queries), k, params=params)
-    elif countable(index):
+    if countable(index):
         distances, ids = hamming_search(index, queries, k, index.nprobe if nprobe is None else nprobe)
     else:
-        distances, ids = index.search(queries, k, params=params)
+        params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None and is_ivf(index) else None
+        if is_binary(index):
+            count_coarse_hamming(index)
+        distances, ids = index.search(signs(queries) if is_binary(index) else queries, k, params=params)
     if has_binary_lists(index):
         return (1.0 - 2.0 * distances / index.d).astype(np.float32), ids
     return distances, ids

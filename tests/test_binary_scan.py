@@ -8,6 +8,7 @@ import gc
 import faiss
 import numpy as np
 import pytest
+from faiss.contrib.inspect_tools import get_invlist
 
 from index.binary_scan import BLOCK, NO_BUDGET, binary_view, countable, hamming_search, query_codes
 from index.vectors import binary_lists, search, signs
@@ -57,12 +58,7 @@ def test_counting_finds_the_heap_s_distances_and_the_same_ids_below_the_last(k: 
 def _stored_codes(index: faiss.IndexIVFSpectralHash, wanted: np.ndarray) -> list[np.ndarray]:
     found: dict[int, np.ndarray] = {}
     for list_no in range(index.nlist):
-        size = index.invlists.list_size(list_no)
-        if not size:
-            continue
-        ids = faiss.rev_swig_ptr(index.invlists.get_ids(list_no), size).copy()
-        codes = faiss.rev_swig_ptr(index.invlists.get_codes(list_no), size * index.code_size)
-        codes = codes.copy().reshape(size, index.code_size)
+        ids, codes = get_invlist(index.invlists, list_no)
         found.update({int(i): code for i, code in zip(ids, codes, strict=True)})
     return [found.get(int(i), np.zeros(index.code_size, np.uint8)) for i in wanted]
 
