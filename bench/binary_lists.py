@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", default="models/default")
     parser.add_argument(
-        "--configs", default="1024/5,1024/8,1024/12,1024/16,512/8,256/8", help="nlist/nprobe,..."
+        "--configs",
+        default="1024/5,1024/8,1024/12,1024/16,512/8,256/8",
+        help="nlist/nprobe[/rescore_k],... (rescore_k: --rescore-k of bench/compression.py unless given)",
     )
     parser.add_argument("--quora-dir", default=f"{data}/quora")
     parser.add_argument("--distractors", type=int, default=100_000)
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             *("--distractor-corpus", args.distractor_corpus, "--threads", str(args.threads)),
         ]
     )
-    configs = [tuple(int(x) for x in c.split("/")) for c in args.configs.split(",")]
+    configs = [parse_config(c, shared.rescore_k) for c in args.configs.split(",")]
     faiss.omp_set_num_threads(args.threads)
     from export.runtime import Encoder
 
@@ -70,15 +72,19 @@ def main(argv: list[str] | None = None) -> None:
             path = Path(tmp) / f"rescore-{n}.f32"
             write_rows(path, np.arange(n), vectors, vectors.shape[1])
             rescorer = Rescorer(path, vectors.shape[1], shared.rescore_k)
-            for nlist, nprobe in configs:
+            floats_done: set[tuple[int, int]] = set()
+            for nlist, nprobe, rescore_k in configs:
                 sized = argparse.Namespace(**{**vars(shared), "nlist": nlist, "binary_nlist": nlist})
                 index = compression.trained_ivf(vectors, "binary", sized, planned=False)
                 search = partial(
-                    compression.rescored_search, rescorer, index, vectors[own], shared.k + 1, nprobe
+                    rescorer.search, index, vectors[own], shared.k + 1, nprobe, rescore_k=rescore_k
                 )
-                rows.append(
-                    compression.Row("student", 128, f"binary {nlist}/{nprobe} + rescore", n, search, 24.0)
-                )
+                name = f"binary {nlist}/{nprobe} + rescore"
+                name += "" if rescore_k == shared.rescore_k else f" {rescore_k}"
+                rows.append(compression.Row("student", 128, name, n, lambda s=search: s()[1], 24.0))
+                if (nlist, nprobe) in floats_done:
+                    continue
+                floats_done.add((nlist, nprobe))
                 floats = compression.trained_ivf(vectors, "float32", sized)  # the same lists, float32
                 search = partial(compression.plain_search, floats, vectors[own], shared.k + 1, nprobe)
                 rows.append(compression.Row("student", 128, f"float32 {nlist}/{nprobe}", n, search, 520.0))
@@ -98,6 +104,14 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps(line), flush=True)
     report = {"rows": rows_out, "run": run_info("bench/binary_lists.py", argv)}
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+
+
+def parse_config(text: str, rescore_k: int) -> tuple[int, int, int]:
+    """``nlist/nprobe`` or ``nlist/nprobe/rescore_k`` as three ints."""
+    parts = [int(x) for x in text.split("/")]
+    if len(parts) not in (2, 3):
+        raise SystemExit(f"error: --configs entry {text!r} is not nlist/nprobe[/rescore_k]")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else rescore_k
 
 
 if __name__ == "__main__":

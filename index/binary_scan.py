@@ -1,7 +1,7 @@
 """The Hamming scan of binary lists, by Faiss's counting search rather than the lists' own heap.
 
 Binary lists are an ``IndexIVFSpectralHash`` (``index/vectors.binary_lists``, decision 40). Its own
-search keeps a heap of the k best per query, and with k = ``rescore_k`` (50) candidates from a few
+search keeps a heap of the k best per query, and with k = ``rescore_k`` (20-50) candidates from a few
 hundred codes that heap is most of the scan. Faiss's ``IndexBinaryIVF`` can instead count
 Hamming distances (0..d) into buckets, exact top k without a heap, so this module scans the same
 lists through an ``IndexBinaryIVF`` that shares them (not a copy: upserts and deletes show at once):

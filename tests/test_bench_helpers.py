@@ -14,11 +14,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import encode
 import numpy as np
 from binary_codes import code_variants, itq_rotation
+from binary_lists import parse_config
 from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
 from methods import END, START, add_comparisons, doc_note, merge_reports, parse_args, train_command
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, mrr10, retrieval_scores, verdict
+from rescore_k import render as render_rescore_k
+from rescore_k import teacher_exact
 from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
 from teacher_ensemble import render as render_ensemble
 from teacher_whitening import render as render_whitening
@@ -338,3 +341,36 @@ def test_mrr10_drops_the_query_itself_before_ranking() -> None:
     # query 0 finds itself first, then b, then its relevant c: rank 2 once itself is dropped
     ids = np.array([[0, 1, 2, *[-1] * 8], [3, 1, 0, *[-1] * 8]])
     assert mrr10(ids, data) == pytest.approx(100 * (1 / 2 + 1 / 1) / 2)
+
+
+def test_binary_lists_configs_take_an_optional_rescore_k() -> None:
+    assert parse_config("191/8", 20) == (191, 8, 20)
+    assert parse_config("191/8/50", 20) == (191, 8, 50)
+    with pytest.raises(SystemExit, match="nlist/nprobe"):
+        parse_config("191", 20)
+
+
+def test_rescore_k_table_reads_the_teacher_and_marks_the_default(tmp_path: Path) -> None:
+    compression = tmp_path / "compression.json"
+    rows = [
+        {"model": "teacher", "storage": "exact", "corpus": 100, "mrr10": 70.0},
+        {"model": "teacher", "storage": "float32", "corpus": 100, "mrr10": 69.0},
+        {"model": "default", "storage": "exact", "corpus": 100, "mrr10": 60.0},
+    ]
+    compression.write_text(json.dumps({"rows": rows}))
+    assert teacher_exact(compression) == {100: 70.0}
+    result = {
+        "rows": [
+            {"storage": "binary", "docs": 100, "rescore_k": k}
+            | {"pct_of_teacher_exact": p, "time_vs_largest": t}
+            for k, p, t in ((20, 96.5, 0.6), (50, 97.0, 1.0))
+        ],
+        "nlist": {"binary": {"100": 10}},
+        "nprobe": {"binary": 8},
+        "threads": 2,
+        "default_rescore_k": 20,
+    }
+    table = render_rescore_k(result)
+    assert "binary 10 lists at nprobe 8" in table
+    assert "| binary | **20** (default) | 96.50% | 0.60 |" in table
+    assert "| binary | 50 | 97.00% | 1.00 |" in table
