@@ -94,7 +94,12 @@ def main(argv: list[str] | None = None) -> None:
     from export.runtime import Encoder
 
     faiss.omp_set_num_threads(args.threads)
-    ks = sorted(int(k) for k in args.rescore_ks.split(","))
+    try:
+        ks = sorted({int(k) for k in args.rescore_ks.split(",")})
+    except ValueError:
+        raise SystemExit(f"error: --rescore-ks {args.rescore_ks!r} is not a list of integers") from None
+    if ks[0] < 1:
+        raise SystemExit("error: --rescore-ks values must be at least 1")
     exact = teacher_exact(args.teacher_from)
     questions = load_quora_retrieval(args.quora_dir)
     extra = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
