@@ -47,7 +47,7 @@ def build_command(
     pq_bits: Annotated[int, Opt(help="pq: bits per code.", min=1, max=16)] = 8,
     rescore_k: Annotated[
         int, Opt(help="pq, binary: candidates taken from the lists and rescored exactly.", min=1)
-    ] = 50,
+    ] = 20,  # index.rescore.DEFAULT_RESCORE_K, not imported here: it would load Faiss for --help
     on_disk: Annotated[
         bool, Opt(help="Keep the IVF lists in a memory-mapped file (indexes bigger than RAM).")
     ] = False,

@@ -2,6 +2,7 @@
 rescoring file right (checkpoint, replay, retrain, refresh, snapshot, shards, integrity)."""
 
 import gc
+import inspect
 from dataclasses import replace
 
 import faiss
@@ -11,9 +12,10 @@ import pytest
 from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
 from index.build import BuildConfig, build
+from index.cli import build_command
 from index.integrity import RESCORE_FILE, ids_of, verify_index
 from index.live import INDEX_FILE, LiveIndex
-from index.rescore import top_k
+from index.rescore import DEFAULT_RESCORE_K, top_k
 from index.shards import open_sharded, shard_index
 from index.snapshot import restore_snapshot
 from index.store import Document
@@ -29,6 +31,11 @@ def test_signs_are_packed_sign_bits_most_significant_first() -> None:
     row = np.array([[0.5, -1.0, 0.0, 2.0, -0.1, 0.3, 0.1, -2.0, 1.0, 1.0, -1.0, -1.0, 0, 0, 0, 0.2]])
     # bits: 1 0 0 1 0 1 1 0 | 1 1 0 0 0 0 0 1 (zero is not positive)
     assert signs(row).tolist() == [[0b10010110, 0b11000001]]
+
+
+def test_build_defaults_to_the_library_rescore_k() -> None:
+    assert inspect.signature(build_command).parameters["rescore_k"].default == DEFAULT_RESCORE_K
+    assert BuildConfig.__dataclass_fields__["rescore_k"].default == DEFAULT_RESCORE_K
 
 
 def test_top_k_hand_case() -> None:
