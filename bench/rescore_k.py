@@ -67,7 +67,7 @@ def render(result: dict[str, Any]) -> str:
     )
     note = (
         "MRR@10 as a share of the teacher's exact search on the same corpus; time per query relative "
-        f"to the largest rescore_k of the same lists, in the same rounds. `models/default` (int8), "
+        f"to the largest rescore_k of the same lists, in the same rounds. `{result['bundle']}` (int8), "
         f"{lists}, {result['threads']} threads."
     )
     return note + "\n\n" + markdown_table(header, rows, "l" + "r" * (len(header) - 1))
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: --rescore-ks {args.rescore_ks!r} is not a list of integers") from None
     if ks[0] < 1:
         raise SystemExit("error: --rescore-ks values must be at least 1")
+    storages = args.storages.split(",")
+    if unknown := sorted(set(storages) - {"binary", "pq"}):
+        raise SystemExit(f"error: --storages {','.join(unknown)}: only binary and pq lists are rescored")
     exact = teacher_exact(args.teacher_from)
     questions = load_quora_retrieval(args.quora_dir)
     extra = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     nlists: dict[str, dict[str, int]] = {}
     queries = np.ascontiguousarray(vectors[own])  # query ids are the same rows at every size
     with tempfile.TemporaryDirectory(prefix="bench-rescore-k-") as tmp:
-        for n, storage in ((n, storage) for n in sizes for storage in args.storages.split(",")):
+        for n, storage in ((n, storage) for n in sizes for storage in storages):
             path = write_rows(Path(tmp) / f"rescore-{n}.f32", np.arange(n), vectors[:n], vectors.shape[1])
             rescorer = Rescorer(path, vectors.shape[1])
             index = compression.trained_ivf(vectors[:n], storage, shared)
@@ -150,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     result = {
+        "bundle": args.bundle,
         "rows": rows,
         "nlist": nlists,
         "nprobe": nprobe,

@@ -360,6 +360,7 @@ def test_rescore_k_table_reads_the_teacher_and_marks_the_default(tmp_path: Path)
     compression.write_text(json.dumps({"rows": rows}))
     assert teacher_exact(compression) == {100: 70.0}
     result = {
+        "bundle": "models/default",
         "rows": [
             {"storage": "binary", "docs": 100, "rescore_k": k}
             | {"pct_of_teacher_exact": p, "time_vs_largest": t}
