@@ -335,7 +335,7 @@ def make_parser(data: str) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/compression.json")
-    parser.add_argument("--png", default="bench/results/compression.png")
+    parser.add_argument("--png", help="plot (default: --out with .png, so a partial run keeps the doc's)")
     add_doc_args(parser)
     return parser
 
@@ -415,8 +415,9 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, run: dict[st
     out = {"args": settings, "threads": args.threads, "rows": results, "acceptance": verdict, "run": run}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    plot(results, Path(args.png))
-    console.print(f"wrote {args.out} and {args.png}")
+    png = Path(args.png) if args.png else Path(args.out).with_suffix(".png")
+    plot(results, png)
+    console.print(f"wrote {args.out} and {png}")
     publish(args, out, Path(args.out), "compression", render)
 
 
