@@ -219,9 +219,15 @@ class LiveIndex(Retraining):
         return vectors
 
     def search(
-        self, queries: np.ndarray, k: int = 10, nprobe: int | None = None, where: dict[str, Any] | None = None
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
     ) -> list[list[Hit]]:
-        """Top-k hits per query row; ``where`` keeps documents whose metadata equals every given value."""
+        """Top-k hits per query row; ``where`` keeps documents whose metadata equals every given value;
+        ``rescore_k``: candidates a compressed index rescores (default: its own)."""
         queries = self.check_vectors(queries)
         with self._lock:
             allowed = self.store.ids_where(where) if where else None
@@ -229,7 +235,9 @@ class LiveIndex(Retraining):
                 return [[] for _ in queries]
             nprobe = nprobe or self.nprobe
             if self.rescorer is not None:
-                scores, ids = self.rescorer.search(self.index, queries, k, nprobe, allowed=allowed)
+                scores, ids = self.rescorer.search(
+                    self.index, queries, k, nprobe, allowed=allowed, rescore_k=rescore_k
+                )
             elif allowed is not None:
                 scores, ids = self._search_subset(queries, k, nprobe, allowed)
             else:

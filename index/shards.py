@@ -98,7 +98,12 @@ def _write_shard(whole: LiveIndex, directory: Path, ids: np.ndarray, vectors: np
 
 class ShardSearcher(Protocol):
     def search(
-        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+        self,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
     ) -> list[list[Hit]]: ...
 
     def get(self, ext_id: str) -> Document | None: ...
@@ -134,9 +139,14 @@ class ShardedIndex:
         return int(self.manifest["ntotal"])
 
     def search(
-        self, queries: np.ndarray, k: int = 10, nprobe: int | None = None, where: dict[str, Any] | None = None
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
     ) -> list[list[Hit]]:
-        futures = [self._pool.submit(s.search, queries, k, nprobe, where) for s in self.shards]
+        futures = [self._pool.submit(s.search, queries, k, nprobe, where, rescore_k) for s in self.shards]
         return merge_hits([f.result() for f in futures], k)
 
     def get(self, ext_id: str) -> Document | None:

@@ -96,9 +96,14 @@ class IndexShard:
         return self.index.manifest | {"nprobe": self.index.nprobe}
 
     def search(
-        self, queries: np.ndarray, k: int, nprobe: int | None, where: dict[str, Any] | None
+        self,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None,
+        where: dict[str, Any] | None,
+        rescore_k: int | None = None,
     ) -> Outcome:
-        return _as_outcome(self.index.search, queries, k, nprobe, where)
+        return _as_outcome(self.index.search, queries, k, nprobe, where, rescore_k)
 
     def get(self, ext_id: str) -> Document | None:
         return self.index.get(ext_id)
@@ -124,9 +129,15 @@ class ShardHandle:
         self.handle = handle
 
     def search(
-        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+        self,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
     ) -> list[list[Hit]]:
-        return unwrap(_result(self.handle.search.remote(queries, k, nprobe, where), "an index shard"))
+        pending = self.handle.search.remote(queries, k, nprobe, where, rescore_k)
+        return unwrap(_result(pending, "an index shard"))
 
     def get(self, ext_id: str) -> Document | None:
         return _result(self.handle.get.remote(ext_id), "an index shard")

@@ -103,11 +103,16 @@ class ReplicaIndex:
         return self.local.ntotal
 
     def search(
-        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+        self,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
     ) -> list[list[Hit]]:
         if self.refresh_on_search:
             self.local.refresh()
-        return self.local.search(queries, k, nprobe, where)
+        return self.local.search(queries, k, nprobe, where, rescore_k)
 
     def get(self, ext_id: str) -> Document | None:
         return self.local.get(ext_id)  # SQLite: current without a refresh

@@ -64,7 +64,9 @@ async def search(body: SearchRequest, request: Request, state: State) -> SearchR
         raise validation(f"top_k must be between 1 and {state.settings.max_top_k}, got {top_k}")
     queries = await _query_vector(body, state, index.dim)
     start = time.perf_counter()
-    hits = await run_in_threadpool(index.search, queries, top_k, body.nprobe, body.filter or None)
+    hits = await run_in_threadpool(
+        index.search, queries, top_k, body.nprobe, body.filter or None, body.rescore_k
+    )
     state.metrics.search_duration.observe(time.perf_counter() - start)
     results = [
         SearchResult(id=h.id, score=h.score, text=h.text if body.with_text else None, metadata=h.metadata)

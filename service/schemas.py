@@ -145,6 +145,11 @@ class SearchRequest(Strict):
     nprobe: Annotated[int, Field(ge=1, le=1 << 16), BeforeValidator(_integral)] | None = Field(
         None, description="IVF lists to probe (default: index's)."
     )
+    rescore_k: Annotated[int, Field(ge=1, le=1 << 16), BeforeValidator(_integral)] | None = Field(
+        None,
+        description="pq and binary indexes: candidates rescored exactly (default: the setting, else the "
+        "index's); ignored by float32 and sq8 indexes.",
+    )
     filter: dict[str, MetaValue] | None = Field(None, description="Metadata equality filter.")
     with_text: bool = True
     truncate: bool = False

@@ -34,7 +34,12 @@ class IndexLike(Protocol):
     def ntotal(self) -> int: ...
 
     def search(
-        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+        self,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
     ) -> list[list[Hit]]: ...
 
     def get(self, ext_id: str) -> Document | None: ...

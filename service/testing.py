@@ -82,10 +82,15 @@ class FakeIndex:
             raise UserError(f"vectors have shape {vectors.shape}, the index holds {self.dim}-d vectors")
 
     def search(
-        self, queries: np.ndarray, k: int, nprobe: int | None = None, where: dict[str, Any] | None = None
+        self,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
     ) -> list[list[Hit]]:
         self._check(queries)
-        self.searches.append({"k": k, "nprobe": nprobe, "where": where})
+        self.searches.append({"k": k, "nprobe": nprobe, "where": where, "rescore_k": rescore_k})
         with self._lock:
             docs = [
                 (d, v)

@@ -139,6 +139,8 @@ def test_rescored_scores_are_exact_and_all_candidates_give_exact_search(tmp_path
     for q, row in zip(queries, hits, strict=True):
         ids = [int(h.id[3:]) for h in row]
         np.testing.assert_allclose([h.score for h in row], vectors[ids] @ q, rtol=1e-5, atol=1e-6)
+    per_call = LiveIndex(tmp_path / "idx", writable=False).search(queries, k=10, nprobe=32, rescore_k=3000)
+    assert [[h.id for h in row] for row in per_call] == [[h.id for h in row] for row in hits]
     few = LiveIndex(tmp_path / "idx", rescore_k=50, writable=False).search(queries, k=10, nprobe=32)
     recall = np.mean([len({h.id for h in a} & {h.id for h in b}) for a, b in zip(few, hits, strict=True)])
     assert recall > 5  # of 10: 50 candidates of 3,000 by a code of 16 bytes or bits keep most
@@ -231,6 +233,9 @@ def test_snapshot_restore_and_shards_carry_the_rescoring_file(tmp_path, storage)
     whole = [[h.id for h in row] for row in restored.search(queries, k=5, nprobe=32)]
     assert [[h.id for h in row] for row in sharded.search(queries, k=5)] == whole
     sharded.close()
+    per_call = open_sharded(tmp_path / "shards", DIM, None, 32)  # the manifests' candidates ...
+    assert [[h.id for h in row] for row in per_call.search(queries, k=5, rescore_k=3001)] == whole
+    per_call.close()  # ... or all of them, asked for by the call
 
 
 def test_a_truncated_rescoring_file_is_refused_in_one_line(tmp_path) -> None:

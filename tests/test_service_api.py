@@ -107,7 +107,9 @@ def test_documents_search_get_delete(client):
         "/search", json={"query": "cat", "filter": {"lang": "fr"}, "nprobe": 3, "with_text": False}
     )
     assert [h["id"] for h in r.json()["results"]] == ["d3"] and r.json()["results"][0]["text"] is None
-    assert index.searches[-1] == {"k": 10, "nprobe": 3, "where": {"lang": "fr"}}
+    assert index.searches[-1] == {"k": 10, "nprobe": 3, "where": {"lang": "fr"}, "rescore_k": None}
+    assert client.post("/search", json={"query": "cat", "rescore_k": 40}).status_code == 200
+    assert index.searches[-1]["rescore_k"] == 40
 
     vector = FakeEncoder().encode(["dogs bark at night"])[0] * 3.0  # scaled: the service normalises it
     r = client.post("/search", json={"vector": vector.tolist(), "top_k": 1})
@@ -257,6 +259,8 @@ def test_top_k_out_of_range(client):
     body = error(client.post("/search", json={"query": "a", "top_k": 21}), 422)
     assert "top_k" in body["error"]
     error(client.post("/search", json={"query": "a", "nprobe": 0}), 422)
+    error(client.post("/search", json={"query": "a", "rescore_k": 0}), 422)
+    error(client.post("/search", json={"query": "a", "rescore_k": 2.5}), 422)
 
 
 def test_dimensions_over_model_dim(client):
