@@ -77,11 +77,17 @@ def main(argv: list[str] | None = None) -> None:
                 sized = argparse.Namespace(**{**vars(shared), "nlist": nlist, "binary_nlist": nlist})
                 index = compression.trained_ivf(vectors, "binary", sized, planned=False)
                 search = partial(
-                    rescorer.search, index, vectors[own], shared.k + 1, nprobe, rescore_k=rescore_k
+                    compression.rescored_search,
+                    rescorer,
+                    index,
+                    vectors[own],
+                    shared.k + 1,
+                    nprobe,
+                    rescore_k,
                 )
                 name = f"binary {nlist}/{nprobe} + rescore"
                 name += "" if rescore_k == shared.rescore_k else f" {rescore_k}"
-                rows.append(compression.Row("student", 128, name, n, lambda s=search: s()[1], 24.0))
+                rows.append(compression.Row("student", 128, name, n, search, 24.0))
                 if (nlist, nprobe) in floats_done:
                     continue
                 floats_done.add((nlist, nprobe))

@@ -128,9 +128,14 @@ def plain_search(index: faiss.Index, queries: np.ndarray, k: int, nprobe: int) -
 
 
 def rescored_search(
-    rescorer: Rescorer, index: faiss.Index, queries: np.ndarray, k: int, nprobe: int
+    rescorer: Rescorer,
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    nprobe: int,
+    rescore_k: int | None = None,
 ) -> np.ndarray:
-    return rescorer.search(index, queries, k, nprobe)[1]
+    return rescorer.search(index, queries, k, nprobe, rescore_k=rescore_k)[1]
 
 
 def teacher_rows(vectors: np.ndarray, queries: np.ndarray, args: argparse.Namespace) -> list[Row]:

@@ -19,6 +19,8 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,35 @@ def render(result: dict[str, Any]) -> str:
     return note + "\n\n" + markdown_table(header, rows, "l" + "r" * (len(header) - 1))
 
 
+def sweep(
+    searches: dict[int, Callable[[], np.ndarray]],
+    own: np.ndarray,
+    relevant: np.ndarray,
+    depth: int,
+    teacher_mrr: float,
+    repeats: int,
+    label: str,
+) -> list[dict[str, Any]]:
+    """One row per rescore_k (the keys of ``searches``): MRR@``depth``, also as a share of the
+    teacher's, and the time relative to the largest rescore_k, in interleaved rounds."""
+    seconds = interleaved_seconds(
+        {str(rescore_k): search for rescore_k, search in searches.items()}, repeats, desc=f"timing ({label})"
+    )
+    largest = statistics.median(seconds[str(max(searches))])
+    rows = []
+    for rescore_k, search in searches.items():
+        mrr = retrieval_scores(drop_self(search(), own, depth), relevant)[0]
+        rows.append(
+            {
+                "rescore_k": rescore_k,
+                "mrr10": round(mrr, 2),
+                "pct_of_teacher_exact": round(100 * mrr / teacher_mrr, 2),
+                "time_vs_largest": round(statistics.median(seconds[str(rescore_k)]) / largest, 3),
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     data = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
@@ -120,38 +151,29 @@ def main(argv: list[str] | None = None) -> None:
     nlists: dict[str, dict[str, int]] = {}
     queries = np.ascontiguousarray(vectors[own])  # query ids are the same rows at every size
     with tempfile.TemporaryDirectory(prefix="bench-rescore-k-") as tmp:
-        for n, storage in ((n, storage) for n in sizes for storage in storages):
+        for n in sizes:
             path = write_rows(Path(tmp) / f"rescore-{n}.f32", np.arange(n), vectors[:n], vectors.shape[1])
             rescorer = Rescorer(path, vectors.shape[1])
-            index = compression.trained_ivf(vectors[:n], storage, shared)
-            nlists.setdefault(storage, {})[str(n)] = faiss.extract_index_ivf(index).nlist
-
-            def run(
-                k: int,
-                index: faiss.Index = index,
-                rescorer: Rescorer = rescorer,
-                probe: int = nprobe[storage],
-            ) -> np.ndarray:
-                return rescorer.search(index, queries, shared.k + 1, probe, rescore_k=k)[1]
-
-            seconds = interleaved_seconds(
-                {str(k): (lambda k=k: run(k)) for k in ks},
-                args.repeats,
-                desc=f"timing ({storage}, {n:,} docs)",
-            )
-            largest = statistics.median(seconds[str(ks[-1])])
-            for k in ks:
-                mrr = retrieval_scores(drop_self(run(k), own, shared.k), relevant)[0]
-                row = {
-                    "storage": storage,
-                    "docs": n,
-                    "rescore_k": k,
-                    "mrr10": round(mrr, 2),
-                    "pct_of_teacher_exact": round(100 * mrr / exact[n], 2),
-                    "time_vs_largest": round(statistics.median(seconds[str(k)]) / largest, 3),
+            for storage in storages:
+                index = compression.trained_ivf(vectors[:n], storage, shared)
+                nlists.setdefault(storage, {})[str(n)] = faiss.extract_index_ivf(index).nlist
+                searches = {
+                    k: partial(
+                        compression.rescored_search,
+                        rescorer,
+                        index,
+                        queries,
+                        shared.k + 1,
+                        nprobe[storage],
+                        k,
+                    )
+                    for k in ks
                 }
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                for row in sweep(
+                    searches, own, relevant, shared.k, exact[n], args.repeats, f"{storage}, {n:,} docs"
+                ):
+                    rows.append({"storage": storage, "docs": n, **row})
+                    print(json.dumps(rows[-1]), flush=True)
     result = {
         "bundle": args.bundle,
         "rows": rows,
