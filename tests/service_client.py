@@ -14,12 +14,41 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.settings import Settings
 from service.testing import FakeEncoder
+
+
+def error(response: httpx.Response | Any, status: int, kind: str | None = None) -> dict:
+    """The body of an error response, checked: the status, the three keys every error carries and
+    (when given) its ``type``."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "type", "took_ms"}, body
+    if kind is not None:
+        assert body["type"] == kind
+    return body
+
+
+def empty_index_dir(directory: Path, dim: int) -> Path:
+    """An empty built index directory (flat), as ``index build`` leaves it, for a fake ``dim``-d encoder."""
+    from distilembed.artifacts import atomic_write_json
+    from index.live import INDEX_FILE, STORE_FILE
+    from index.store import DocumentStore
+    from index.vectors import IndexPlan, build_index, save_index
+
+    directory.mkdir(parents=True)
+    DocumentStore(directory / STORE_FILE).close()
+    save_index(
+        build_index(np.zeros((1, dim), np.float32), IndexPlan("flat", 0, "test")), directory / INDEX_FILE
+    )
+    manifest = {"kind": "index", "dim": dim, "index_type": "flat", "nlist": 0, "nprobe": 1, "bundle": {}}
+    atomic_write_json(directory / "manifest.json", manifest)
+    return directory
 
 
 def make_settings(**overrides: Any) -> Settings:

@@ -20,7 +20,7 @@ schemathesis = pytest.importorskip("schemathesis")
 from service.app import create_app  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.testing import FakeEncoder  # noqa: E402
-from tests.test_service_e2e import _live_index_dir  # noqa: E402
+from tests.service_client import empty_index_dir  # noqa: E402
 
 PROFILE = os.environ.get("DISTILEMBED_CONTRACT", "ci")
 PROFILES = {"ci": {"max_examples": 15, "min_cases": 150}, "deep": {"max_examples": 150, "min_cases": 1000}}
@@ -34,7 +34,7 @@ WRITE_KEY = "contract-write-key"
 def _app(**keys: str) -> object:
     """Built at import (schemathesis's lazy fixture loader does not run on pytest 9); the app's
     lifespan starts on the first request schemathesis sends."""
-    index_dir = _live_index_dir(Path(tempfile.mkdtemp(prefix="contract-")) / "index", dim=8)
+    index_dir = empty_index_dir(Path(tempfile.mkdtemp(prefix="contract-")) / "index", dim=8)
     settings = Settings(
         bundle=Path("fake-bundle"),
         index_dir=index_dir,

@@ -30,7 +30,7 @@ from service.app import create_app
 from service.replica_index import ReplicaIndex, run_write, unwrap
 from service.settings import Settings
 from service.testing import FakeEncoder
-from tests.test_service_e2e import _live_index_dir
+from tests.service_client import empty_index_dir, error
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "models" / "default"
@@ -114,15 +114,6 @@ def api(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
         return
     with httpx.Client(base_url=request.getfixturevalue("ray_base"), timeout=60) as client:
         yield client
-
-
-def error(response: httpx.Response, status: int, kind: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "type", "took_ms"}, body
-    if kind is not None:
-        assert body["type"] == kind
-    return body
 
 
 # ---- the shared API cases: both engines
@@ -403,7 +394,7 @@ def test_app_builder_and_options():
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[tuple[TestClient, LiveIndex, ReplicaIndex]]:
     """The app on a ReplicaIndex whose writer is an in-process LiveIndex on the same directory."""
-    directory = _live_index_dir(tmp_path / "idx", dim=8)
+    directory = empty_index_dir(tmp_path / "idx", dim=8)
     writer = LiveIndex(directory)
     local = LiveIndex(directory, writable=False)
     index = ReplicaIndex(local, lambda method, args: run_write(writer, method, args), refresh_ms=0)
@@ -450,7 +441,7 @@ def test_a_write_from_elsewhere_reaches_searches(replicated):
 
 def test_background_refresh(tmp_path):
     """Without refresh-on-search the copy catches up within refresh_ms (polled with a deadline)."""
-    directory = _live_index_dir(tmp_path / "idx", dim=8)
+    directory = empty_index_dir(tmp_path / "idx", dim=8)
     writer = LiveIndex(directory)
     index = ReplicaIndex(
         LiveIndex(directory, writable=False),

@@ -12,7 +12,7 @@ from index.store import Document
 from service.app import create_app
 from service.settings import Settings
 from service.testing import FakeEncoder, FakeIndex
-from tests.service_client import make_settings
+from tests.service_client import error, make_settings
 
 pytestmark = pytest.mark.usefixtures("clean_service_env")
 
@@ -20,15 +20,6 @@ pytestmark = pytest.mark.usefixtures("clean_service_env")
 @pytest.fixture
 def client(make_client) -> TestClient:
     return make_client(index=FakeIndex())
-
-
-def error(response, status: int, kind: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert set(body) == {"error", "type", "took_ms"}, body
-    if kind is not None:
-        assert body["type"] == kind
-    return body
 
 
 # ---- happy paths

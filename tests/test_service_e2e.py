@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.settings import Settings
 from service.testing import FakeEncoder
+from tests.service_client import empty_index_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "models" / "default"
@@ -42,29 +43,12 @@ def test_serving_path_imports_no_torch():
     assert result.returncode == 0, result.stderr
 
 
-def _live_index_dir(directory: Path, dim: int) -> Path:
-    """An empty built index directory (flat), as ``index build`` leaves it, for a fake ``dim``-d encoder."""
-    from distilembed.artifacts import atomic_write_json
-    from index.live import INDEX_FILE, STORE_FILE
-    from index.store import DocumentStore
-    from index.vectors import IndexPlan, build_index, save_index
-
-    directory.mkdir(parents=True)
-    DocumentStore(directory / STORE_FILE).close()
-    save_index(
-        build_index(np.zeros((1, dim), np.float32), IndexPlan("flat", 0, "test")), directory / INDEX_FILE
-    )
-    manifest = {"kind": "index", "dim": dim, "index_type": "flat", "nlist": 0, "nprobe": 1, "bundle": {}}
-    atomic_write_json(directory / "manifest.json", manifest)
-    return directory
-
-
 def test_durable_upsert_survives_restart(tmp_path):
     pytest.importorskip("index.live")
     from index.live import STORE_FILE
     from index.store import DocumentStore
 
-    index_dir = _live_index_dir(tmp_path / "idx", dim=8)
+    index_dir = empty_index_dir(tmp_path / "idx", dim=8)
     settings = Settings(bundle="fake-bundle", index_dir=index_dir, warmup=False)
     docs = [{"id": "k1", "text": "a durable cat", "metadata": {"n": 1}}, {"id": "k2", "text": "a dog"}]
     with TestClient(create_app(settings, FakeEncoder())) as client:
@@ -92,7 +76,7 @@ def test_durable_upsert_survives_restart(tmp_path):
 
 def test_dim_mismatch_refuses_to_start(tmp_path):
     pytest.importorskip("index.live")
-    index_dir = _live_index_dir(tmp_path / "idx", dim=16)
+    index_dir = empty_index_dir(tmp_path / "idx", dim=16)
     app = create_app(Settings(bundle="fake-bundle", index_dir=index_dir, warmup=False), FakeEncoder(dim=8))
     with pytest.raises(Exception, match="16-d"), TestClient(app):
         pass

@@ -17,9 +17,8 @@ from service.app import create_app
 from service.server import server_for
 from service.settings import Settings
 from service.testing import FakeEncoder
-from tests.service_client import serve_process, wait_until
+from tests.service_client import empty_index_dir, serve_process, wait_until
 from tests.test_ray_serve import _free_port
-from tests.test_service_e2e import _live_index_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +34,7 @@ def _in_index(index_dir: Path, ids: list[str]) -> tuple[list[str], int]:
 def test_sigterm_finishes_the_requests_in_flight_and_loses_no_write(tmp_path: Path) -> None:
     gate = threading.Event()
     encoder = FakeEncoder(gate=gate)
-    index_dir = _live_index_dir(tmp_path / "idx", dim=8)
+    index_dir = empty_index_dir(tmp_path / "idx", dim=8)
     port = _free_port()
     settings = Settings(
         bundle="fake-bundle", index_dir=index_dir, warmup=False, port=port, log_level="warning", max_batch=4
