@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,14 +21,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from distilembed.errors import BusyError, UserError
+from distilembed.errors import UserError
 from index.live import LiveIndex
-from index.store import Document
 from service.app import create_app
-from service.replica_index import ReplicaIndex, run_write, unwrap
 from service.settings import Settings
-from service.testing import FakeEncoder
-from tests.service_client import empty_index_dir, error
+from tests.service_client import error, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "models" / "default"
@@ -81,10 +76,7 @@ def ray_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         ray_serve.start(settings, num_cpus=2, object_store_memory=100 * 2**20)
         ray_serve.deploy(settings)
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while not _ready(base):
-            assert time.monotonic() < deadline, "the Ray Serve app never answered /ready"
-            time.sleep(0.1)  # polling a condition with a deadline
+        wait_until(lambda: _ready(base), "the Ray Serve app to answer /ready", timeout=60)
         yield base
     finally:
         ray_serve.stop(settings)
@@ -212,10 +204,9 @@ def test_retrain(api, request):
     body = r.json()
     assert body["index"]["type"] == "ivf" and body["index"]["ntotal"] >= 48
     # /info reads a replica's copy as of its last refresh (every refresh_ms; searches refresh first)
-    deadline = time.monotonic() + 30
-    while api.get("/info").json()["index"]["type"] != "ivf":
-        assert time.monotonic() < deadline, "a replica's /info never showed the retrained index"
-        time.sleep(0.05)
+    wait_until(
+        lambda: api.get("/info").json()["index"]["type"] == "ivf", "a replica's /info to show the retrain"
+    )
     hits = api.post("/search", json={"query": docs[7]["text"], "top_k": 1, "nprobe": 64}).json()["results"]
     assert hits[0]["id"] == f"{p}7"
     error(api.post("/index/retrain", json={"storage": "opq"}), 422, "validation_error")
@@ -386,118 +377,3 @@ def test_app_builder_and_options():
     }  # fmt: skip
     assert "num_replicas" not in options and options["ray_actor_options"] == {"num_cpus": 2}
     assert api_options(Settings(replicas=3))["num_replicas"] == 3
-
-
-# ---- without Ray
-
-
-@pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[tuple[TestClient, LiveIndex, ReplicaIndex]]:
-    """The app on a ReplicaIndex whose writer is an in-process LiveIndex on the same directory."""
-    directory = empty_index_dir(tmp_path / "idx", dim=8)
-    writer = LiveIndex(directory)
-    local = LiveIndex(directory, writable=False)
-    index = ReplicaIndex(local, lambda method, args: run_write(writer, method, args), refresh_ms=0)
-    settings = Settings(bundle="fake-bundle", index_dir=directory, warmup=False)
-    with TestClient(create_app(settings, FakeEncoder(), index), raise_server_exceptions=False) as client:
-        yield client, writer, index
-    writer.close()
-
-
-def test_writes_go_to_the_writer_and_errors_keep_their_status(replicated, monkeypatch):
-    client, writer, index = replicated
-    docs = [{"id": "a", "text": "a cat"}, {"id": "b", "text": "a dog"}]
-    assert client.post("/documents", json={"documents": docs}).json()["added"] == 2
-    assert writer.ntotal == index.ntotal == 2  # the replica caught up with its own write
-    assert client.post("/search", json={"query": "a cat", "top_k": 1}).json()["results"][0]["id"] == "a"
-    assert client.delete("/documents/b").status_code == 200 and writer.get("b") is None
-
-    def busy(*_: Any) -> None:
-        raise BusyError("a retrain is already running")
-
-    monkeypatch.setattr(writer, "retrain", busy)
-    r = client.post("/index/retrain", json={})
-    assert (r.status_code, r.json()["type"], r.json()["error"]) == (
-        409,
-        "conflict",
-        "a retrain is already running",
-    )
-
-    def refuse(*_: Any) -> None:
-        raise UserError("no room")
-
-    monkeypatch.setattr(writer, "upsert", refuse)
-    r = client.post("/documents", json={"documents": docs})
-    assert (r.status_code, r.json()["type"], r.json()["error"]) == (422, "validation_error", "no room")
-
-
-def test_a_write_from_elsewhere_reaches_searches(replicated):
-    """The writer took a write through another replica: this one's next search sees it."""
-    client, writer, _ = replicated
-    writer.upsert([Document("w", "a fox")], FakeEncoder().encode(["a fox"]))
-    writer.checkpoint()  # and even folded it into a new snapshot file
-    assert client.post("/search", json={"query": "a fox", "top_k": 1}).json()["results"][0]["id"] == "w"
-
-
-def test_background_refresh(tmp_path):
-    """Without refresh-on-search the copy catches up within refresh_ms (polled with a deadline)."""
-    directory = empty_index_dir(tmp_path / "idx", dim=8)
-    writer = LiveIndex(directory)
-    index = ReplicaIndex(
-        LiveIndex(directory, writable=False),
-        lambda m, a: run_write(writer, m, a),
-        20,
-        refresh_on_search=False,
-    )
-    writer.upsert([Document("x", "x")], FakeEncoder().encode(["x"]))
-    deadline = time.monotonic() + 30
-    while index.ntotal != 1:
-        assert time.monotonic() < deadline, "the background refresh never applied the write"
-        time.sleep(0.01)
-    index.close()
-    assert index._thread is not None and not index._thread.is_alive()
-    writer.close()
-
-
-def test_outcomes_cross_as_values():
-    class Target:
-        def delete(self, ids: list[str]) -> list[str]:
-            return ids
-
-        def retrain(self) -> None:
-            raise BusyError("busy")
-
-    assert run_write(Target(), "delete", (["a"],)) == ("ok", ["a"])
-    assert run_write(Target(), "retrain", ()) == ("busy", "busy")
-    with pytest.raises(BusyError, match="busy"):
-        unwrap(("busy", "busy"))
-    with pytest.raises(ValueError, match="not a write"):
-        run_write(Target(), "search", ())
-
-
-def test_engine_ray_without_ray_says_how_to_install():
-    code = (
-        "import sys\n"
-        "sys.modules['ray'] = None\n"  # as if the [ray] extra were not installed
-        "sys.argv = ['distilembed', 'serve', '--engine', 'ray']\n"
-        "from distilembed.cli import main\n"
-        "main()\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'distilembed[ray]'" in lines[0]
-
-
-def test_local_cluster_environment_follows_the_settings() -> None:
-    from service.ray_serve import local_cluster_env
-
-    base = Settings(bundle="b")
-    assert local_cluster_env(base)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
-    assert local_cluster_env(base)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "0"
-    assert float(local_cluster_env(base)["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) >= 30
-    metrics = base.model_copy(update={"ray_haproxy_metrics": True})
-    assert local_cluster_env(metrics)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "1"
-    assert local_cluster_env(base.model_copy(update={"ray_haproxy": False})) == {}

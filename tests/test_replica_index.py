@@ -1,0 +1,140 @@
+"""Writes forwarded to one index writer (``ReplicaIndex``), and ``serve --engine ray``'s setup, without
+a Ray cluster: the app on a replica whose writer is an in-process ``LiveIndex``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from distilembed.errors import BusyError, UserError
+from index.live import LiveIndex
+from index.store import Document
+from service.app import create_app
+from service.replica_index import ReplicaIndex, run_write, unwrap
+from service.settings import Settings
+from service.testing import FakeEncoder
+from tests.service_client import empty_index_dir, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in Settings.model_fields:
+        monkeypatch.delenv(f"DISTILEMBED_{name.upper()}", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[tuple[TestClient, LiveIndex, ReplicaIndex]]:
+    """The app on a ReplicaIndex whose writer is an in-process LiveIndex on the same directory."""
+    directory = empty_index_dir(tmp_path / "idx", dim=8)
+    writer = LiveIndex(directory)
+    local = LiveIndex(directory, writable=False)
+    index = ReplicaIndex(local, lambda method, args: run_write(writer, method, args), refresh_ms=0)
+    settings = Settings(bundle="fake-bundle", index_dir=directory, warmup=False)
+    with TestClient(create_app(settings, FakeEncoder(), index), raise_server_exceptions=False) as client:
+        yield client, writer, index
+    writer.close()
+
+
+def test_writes_go_to_the_writer_and_errors_keep_their_status(replicated, monkeypatch):
+    client, writer, index = replicated
+    docs = [{"id": "a", "text": "a cat"}, {"id": "b", "text": "a dog"}]
+    assert client.post("/documents", json={"documents": docs}).json()["added"] == 2
+    assert writer.ntotal == index.ntotal == 2  # the replica caught up with its own write
+    assert client.post("/search", json={"query": "a cat", "top_k": 1}).json()["results"][0]["id"] == "a"
+    assert client.delete("/documents/b").status_code == 200 and writer.get("b") is None
+
+    def busy(*_: Any) -> None:
+        raise BusyError("a retrain is already running")
+
+    monkeypatch.setattr(writer, "retrain", busy)
+    r = client.post("/index/retrain", json={})
+    assert (r.status_code, r.json()["type"], r.json()["error"]) == (
+        409,
+        "conflict",
+        "a retrain is already running",
+    )
+
+    def refuse(*_: Any) -> None:
+        raise UserError("no room")
+
+    monkeypatch.setattr(writer, "upsert", refuse)
+    r = client.post("/documents", json={"documents": docs})
+    assert (r.status_code, r.json()["type"], r.json()["error"]) == (422, "validation_error", "no room")
+
+
+def test_a_write_from_elsewhere_reaches_searches(replicated):
+    """The writer took a write through another replica: this one's next search sees it."""
+    client, writer, _ = replicated
+    writer.upsert([Document("w", "a fox")], FakeEncoder().encode(["a fox"]))
+    writer.checkpoint()  # and even folded it into a new snapshot file
+    assert client.post("/search", json={"query": "a fox", "top_k": 1}).json()["results"][0]["id"] == "w"
+
+
+def test_background_refresh(tmp_path):
+    """Without refresh-on-search the copy catches up within refresh_ms (polled with a deadline)."""
+    directory = empty_index_dir(tmp_path / "idx", dim=8)
+    writer = LiveIndex(directory)
+    index = ReplicaIndex(
+        LiveIndex(directory, writable=False),
+        lambda m, a: run_write(writer, m, a),
+        20,
+        refresh_on_search=False,
+    )
+    writer.upsert([Document("x", "x")], FakeEncoder().encode(["x"]))
+    wait_until(lambda: index.ntotal == 1, "the background refresh to apply the write")
+    index.close()
+    assert index._thread is not None and not index._thread.is_alive()
+    writer.close()
+
+
+def test_outcomes_cross_as_values():
+    class Target:
+        def delete(self, ids: list[str]) -> list[str]:
+            return ids
+
+        def retrain(self) -> None:
+            raise BusyError("busy")
+
+    assert run_write(Target(), "delete", (["a"],)) == ("ok", ["a"])
+    assert run_write(Target(), "retrain", ()) == ("busy", "busy")
+    with pytest.raises(BusyError, match="busy"):
+        unwrap(("busy", "busy"))
+    with pytest.raises(ValueError, match="not a write"):
+        run_write(Target(), "search", ())
+
+
+def test_engine_ray_without_ray_says_how_to_install():
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None\n"  # as if the [ray] extra were not installed
+        "sys.argv = ['distilembed', 'serve', '--engine', 'ray']\n"
+        "from distilembed.cli import main\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'distilembed[ray]'" in lines[0]
+
+
+def test_local_cluster_environment_follows_the_settings() -> None:
+    from service.ray_serve import local_cluster_env
+
+    base = Settings(bundle="b")
+    assert local_cluster_env(base)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert local_cluster_env(base)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "0"
+    assert float(local_cluster_env(base)["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"]) >= 30
+    metrics = base.model_copy(update={"ray_haproxy_metrics": True})
+    assert local_cluster_env(metrics)["RAY_SERVE_HAPROXY_METRICS_ENABLED"] == "1"
+    assert local_cluster_env(base.model_copy(update={"ray_haproxy": False})) == {}
