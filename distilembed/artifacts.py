@@ -5,6 +5,7 @@ Torch-free on purpose: the serving image imports this module.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,6 +19,8 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from distilembed.errors import UserError
 
 MANIFEST = "manifest.json"
 
@@ -106,6 +109,22 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / MANIFEST
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def require_checkpoint(folder: str | Path) -> Path:
+    """``folder`` if it is a training checkpoint (a sentence-transformers folder), else a UserError
+    that says what it is instead (an exported bundle, an index, nothing)."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise UserError(f"checkpoint not found: {path}")
+    if not (path / "modules.json").is_file():
+        kind = None
+        if (path / MANIFEST).is_file():
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                kind = read_manifest(path).get("kind")
+        what = f"a {kind!r} directory" if kind else "not a sentence-transformers checkpoint (no modules.json)"
+        raise UserError(f"{path} is {what}; this needs a training checkpoint (`distilembed train --out`)")
+    return path
 
 
 @contextmanager

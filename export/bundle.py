@@ -143,13 +143,11 @@ def build_bundle(
     the int8 quality loss against the PyTorch model. ``calibration_texts``, when given, are encoded
     with the int8 graph for the int8/uint8 embedding ranges (export/quantize.py) in the manifest.
     """
-    from sentence_transformers import SentenceTransformer
-
-    from training.teachers import resolve_model
+    from training.teachers import load_sentence_encoder, resolve_model
 
     gate = gate or ParityGate()
     source = resolve_model(str(checkpoint))
-    model = SentenceTransformer(source, device="cpu").eval()
+    model = load_sentence_encoder(source, device="cpu").eval()
     transformer = model[0]
     with atomic_directory(out, overwrite=overwrite) as tmp:
         raw = tmp / "model.raw.onnx"

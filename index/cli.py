@@ -116,14 +116,21 @@ def _encoder_for(
     """The index, opened for writing or only to search, and the encoder of its bundle."""
     from distilembed.artifacts import read_manifest
     from export.runtime import Encoder, bundle_identity
-    from index.shards import is_sharded, open_index
+    from index.shards import SHARDS_KIND, is_sharded, open_index
 
+    if not (index_dir / "manifest.json").is_file():
+        raise UserError(f"not an index directory (no manifest.json): {index_dir}")
+    kind = read_manifest(index_dir).get("kind")
+    if kind not in ("index", SHARDS_KIND):
+        raise UserError(f"{index_dir} is a {kind!r}, not an index")
     sharded = is_sharded(index_dir)
     if sharded and writable:
         raise UserError(f"{index_dir} is a sharded index, read-only: write to its source and shard it again")
     built = index_dir / read_manifest(index_dir)["shards"][0] if sharded else index_dir
     meta = read_manifest(built).get("bundle", {}) if (built / "manifest.json").is_file() else {}
-    bundle_dir = bundle or Path(meta.get("path", ""))
+    if bundle is None and not meta.get("path"):
+        raise UserError(f"{index_dir} does not record the bundle it was built with: pass --bundle")
+    bundle_dir = bundle or Path(meta["path"])
     encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
     bundle_sha = bundle_identity(bundle_dir)
     return open_index(index_dir, encoder.dim, bundle_sha, writable=writable, rescore_k=rescore_k), encoder

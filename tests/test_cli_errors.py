@@ -1,8 +1,10 @@
 """Usage errors from the CLI are a short message and exit 2, never a traceback (typer raises its
 vendored click's exceptions, which the entry point must recognise too)."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +46,63 @@ def test_entry_point_keeps_exit_codes_and_real_errors(monkeypatch: pytest.Monkey
     monkeypatch.setattr(cli, "app", raising(KeyError("bundle")))
     with pytest.raises(KeyError, match="bundle"):
         cli.main()
+
+
+@pytest.fixture
+def not_a_checkpoint(tmp_path: Path) -> Path:
+    """An exported bundle's shape: a manifest of another kind, no modules.json."""
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"kind": "bundle"}))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["eval", "--model", "/no/such/model"], "model not found: '/no/such/model' is not a folder"),
+        (["export", "--model", "./no-such-model", "--out", "{tmp}/b"], "model not found: './no-such-model'"),
+        (["whiten", "{bundle}", "--out", "{tmp}/w"], "this needs a training checkpoint"),
+        (["average", "{bundle}", "{bundle}", "--out", "{tmp}/a"], "is a 'bundle' directory"),
+        (["index", "search", "--index", "{tmp}", "--query", "q"], "not an index directory"),
+        (["index", "search", "--index", "{bundle}", "--query", "q"], "is a 'bundle', not an index"),
+        (["train", "--student", "/no/such/student", "--out", "{tmp}/run"], "not found: '/no/such/student'"),
+        (["train", "--init-from", "{bundle}", "--out", "{tmp}/run"], "this needs a training checkpoint"),
+        (["train", "--ensemble-teacher", "./x:0.3", "--out", "{tmp}/run"], "model not found: './x'"),
+    ],
+)
+def test_wrong_paths_are_one_line_errors(
+    args: list[str],
+    expected: str,
+    tmp_path: Path,
+    not_a_checkpoint: Path,
+    tiny_data: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A path that is not the artifact a command needs, or no model at all, is named in one line
+    (exit 2) before any work starts; ``train`` leaves no unfinished run behind."""
+    from distilembed import cli
+
+    argv = [a.format(tmp=tmp_path, bundle=not_a_checkpoint) for a in args]
+    monkeypatch.setenv("DISTILEMBED_DATA_DIR", str(tiny_data))
+    monkeypatch.setattr(sys, "argv", ["distilembed", *argv])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert exited.value.code == 2
+    assert len(errors) == 1 and expected in errors[0], errors
+    assert not (tmp_path / "run.partial").exists()
+
+
+def test_a_model_name_is_a_folder_a_packaged_teacher_or_a_hub_id(tmp_path: Path) -> None:
+    from distilembed.errors import UserError
+    from training.teachers import resolve_model
+
+    assert resolve_model("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"  # left to the hub
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "modules.json").write_text("[]")
+    assert resolve_model(str(tmp_path / "student")) == str(tmp_path / "student")
+    for path_like in ("/abs/missing", "./missing", "../missing", "a/b/c", "trailing/", "~/missing"):
+        with pytest.raises(UserError, match="model not found"):
+            resolve_model(path_like)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from distilembed.artifacts import read_manifest, sha256_tree
+from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
 from distilembed.errors import UserError
 from training.checkpoint import CURVE_JSON, CURVE_PNG, write_checkpoint
 
@@ -139,8 +139,7 @@ def average_checkpoints(
     if greedy and score is None:
         raise UserError("a greedy soup needs a dev score")
     for source in sources:
-        if not source.is_dir():
-            raise UserError(f"checkpoint not found: {source}")
+        require_checkpoint(source)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".average-", dir=out.parent) as scratch:
         work = Path(scratch)

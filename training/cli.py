@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from distilembed.artifacts import require_checkpoint
 from distilembed.errors import UserError
 
 Opt = typer.Option
@@ -261,6 +262,7 @@ def whiten_command(
     powers = comma_list(power, float, "--power") or []
     if not powers:
         raise UserError("--power needs at least one value")
+    require_checkpoint(model)  # before reading the corpus
     texts = read_sentences(resolve_data_path(corpus, data_dir), limit=n_sentences, skip=skip_sentences)
     sts_root = resolve_data_path(sts_dir or "sts", data_dir)
     dev_pairs, sets = load_stsb_split(sts_root, "dev"), find_sts_sets(sts_root)

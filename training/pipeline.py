@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distilembed.artifacts import atomic_write_json, sha256_file
+from distilembed.artifacts import atomic_write_json, require_checkpoint, sha256_file
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
@@ -35,7 +35,8 @@ from training.losses.hpd import PCATargets
 from training.losses.matryoshka import Widths
 from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
 from training.student import count_parameters
-from training.teacher_ensemble import AnyTeacher, build_teacher
+from training.teacher_ensemble import AnyTeacher, build_teacher, ensemble_weights
+from training.teachers import resolve_model
 from training.trainer import LoopState, Trainer, remove_workdir, resolve_device
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,15 @@ class StageClock:
         yield
         self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 2)
         log.info("stage %s done in %.1f s", name, self.seconds[name])
+
+
+def _check_models(cfg: TrainConfig) -> None:
+    """Every model named resolves (a folder, a packaged teacher or a hub id) before the run's folder is
+    made: a typo is one line, not an unfinished run that wants ``--resume``."""
+    for name in (cfg.student, cfg.teacher, *(n for n, _ in ensemble_weights(cfg.ensemble_teachers))):
+        resolve_model(name)
+    if cfg.init_from is not None:
+        require_checkpoint(cfg.init_from)
 
 
 def _prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Path:
@@ -289,6 +299,7 @@ def run_training(
     device = resolve_device(cfg.device)
     corpus_path = resolve_data_path(cfg.corpus, data_dir)
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
+    _check_models(cfg)
     workdir = _prepare_dirs(cfg, out, resume, overwrite)
     torch.manual_seed(cfg.seed)
 

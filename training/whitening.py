@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from distilembed.artifacts import read_manifest, sha256_tree
+from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
 from distilembed.errors import UserError
 from training.checkpoint import write_checkpoint
 from training.data.text import content_hash
@@ -131,8 +131,7 @@ def whiten_checkpoint(
     ``final_scores`` (the STS sets found, as ``train`` reports them) replaces the source's scores."""
     from sentence_transformers import SentenceTransformer
 
-    if not source.is_dir():
-        raise UserError(f"checkpoint not found: {source}")
+    require_checkpoint(source)
     for power in powers:  # before the slow load and encoding, not after
         _check_power(power)
     if len(powers) > 1 and score is None:
