@@ -30,7 +30,7 @@ def build_command(
     text_column: Annotated[str, Opt(help="Text column (jsonl/csv/tsv/parquet).")] = "text",
     metadata_column: Annotated[list[str] | None, Opt(help="Metadata column to keep (repeatable).")] = None,
     variant: Annotated[str, Opt(help="int8 | fp32")] = "int8",
-    nlist: Annotated[int, Opt()] = 1024,
+    nlist: Annotated[int, Opt(help="IVF lists wanted (lowered for a small index).", min=1)] = 1024,
     nprobe: Annotated[
         int | None, Opt(help="Lists searched per query (default: 5; pq and binary storage: 8).", min=1)
     ] = None,
@@ -201,7 +201,7 @@ def delete_command(
 @app.command("retrain")
 def retrain_command(
     index: Annotated[Path, Opt(help="Index directory to retrain in place (not open in a service).")],
-    nlist: Annotated[int, Opt(help="Lists wanted (lowered for a small index).")] = 1024,
+    nlist: Annotated[int, Opt(help="Lists wanted (lowered for a small index).", min=1)] = 1024,
     storage: Annotated[
         str | None, Opt(help="float32 | sq8 | pq | binary (default: keep the current one).")
     ] = None,

@@ -15,6 +15,7 @@ import pytest
         (["index", "build"], "Missing option '--bundle'"),
         (["index"], "Usage: "),
         (["nosuch"], "No such command"),
+        (["index", "build", "--bundle", "b", "--corpus", "c", "--out", "o", "--nlist", "0"], "'--nlist'"),
     ],
 )
 def test_usage_errors_exit_2_without_a_traceback(args: list[str], expected: str) -> None:
