@@ -140,7 +140,7 @@ def _encoder_for(
 def search_command(
     index: Annotated[Path, Opt(help="Index directory.")],
     query: Annotated[str, Opt(help="Query text.")],
-    k: Annotated[int, Opt("-k", "--top-k")] = 10,
+    k: Annotated[int, Opt("-k", "--top-k", min=1, help="Hits to print.")] = 10,
     nprobe: Annotated[int | None, Opt()] = None,
     rescore_k: Annotated[
         int | None, Opt(help="pq, binary: candidates rescored (default: the index's).", min=1)

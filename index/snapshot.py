@@ -211,7 +211,8 @@ def _snapshot_manifest(snapshot: Path) -> dict[str, Any]:
         raise UserError(f"not a snapshot directory (no manifest.json): {snapshot}")
     manifest = read_manifest(snapshot)
     if manifest.get("kind") != SNAPSHOT_KIND:
-        raise UserError(f"{snapshot} is a {manifest.get('kind')!r}, not an {SNAPSHOT_KIND}")
+        kind = manifest.get("kind")
+        raise UserError(f"{snapshot} is a {kind!r} directory, not a snapshot (`index snapshot` makes one)")
     files = manifest.get("files")
     allowed = {f"{PAYLOAD}/{name}" for name in PAYLOAD_FILES}
     if not isinstance(files, dict) or not set(files) <= allowed:

@@ -51,6 +51,15 @@ def empty_index_dir(directory: Path, dim: int) -> Path:
     return directory
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def make_settings(**overrides: Any) -> Settings:
     base = {
         "bundle": "fake-bundle",

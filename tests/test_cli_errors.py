@@ -16,6 +16,7 @@ import pytest
         (["index"], "Usage: "),
         (["nosuch"], "No such command"),
         (["index", "build", "--bundle", "b", "--corpus", "c", "--out", "o", "--nlist", "0"], "'--nlist'"),
+        (["index", "search", "--index", "i", "--query", "q", "-k", "0"], "'-k' / '--top-k'"),
     ],
 )
 def test_usage_errors_exit_2_without_a_traceback(args: list[str], expected: str) -> None:

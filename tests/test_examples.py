@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service_client import serve_process
-from tests.test_ray_serve import _free_port
+from tests.service_client import free_port, serve_process
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "models" / "default"
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.skipif(not (BUNDLE / "manifest.json").is_file(), reason
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``distilembed serve`` on models/default with an empty index, on a free port."""
-    port = _free_port()
+    port = free_port()
     index_dir = tmp_path_factory.mktemp("live") / "idx"
     args = ["--bundle", str(BUNDLE), "--index", str(index_dir), "--create-index"]
     with serve_process([*args, "--threads", "1", "--log-level", "warning"], port):

@@ -25,7 +25,7 @@ from distilembed.errors import UserError
 from index.live import LiveIndex
 from service.app import create_app
 from service.settings import Settings
-from tests.service_client import error, wait_until
+from tests.service_client import error, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "models" / "default"
@@ -53,14 +53,6 @@ def _needs_bundle() -> None:
         pytest.skip("models/default bundle not present")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def ray_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The app on a local Ray cluster: 2 API replicas (half a CPU each) and the writer."""
@@ -69,7 +61,7 @@ def ray_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from service import ray_serve
 
     saved = os.environ.pop("RAY_ADDRESS", None)
-    port = _free_port()
+    port = free_port()
     index_dir = tmp_path_factory.mktemp("ray") / "index"
     settings = Settings(**LIMITS, index_dir=index_dir, port=port, replicas=2, replica_cpus=0.5)
     try:

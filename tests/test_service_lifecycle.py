@@ -17,8 +17,7 @@ from service.app import create_app
 from service.server import server_for
 from service.settings import Settings
 from service.testing import FakeEncoder
-from tests.service_client import empty_index_dir, serve_process, wait_until
-from tests.test_ray_serve import _free_port
+from tests.service_client import empty_index_dir, free_port, serve_process, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +34,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_loses_no_write(tmp_path: Pa
     gate = threading.Event()
     encoder = FakeEncoder(gate=gate)
     index_dir = empty_index_dir(tmp_path / "idx", dim=8)
-    port = _free_port()
+    port = free_port()
     settings = Settings(
         bundle="fake-bundle", index_dir=index_dir, warmup=False, port=port, log_level="warning", max_batch=4
     )
@@ -92,7 +91,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_loses_no_write(tmp_path: Pa
 
 
 def test_a_sigterm_stop_exits_0_with_the_index_checkpointed(tiny_bundle: Path, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     index_dir = tmp_path / "idx"
     args = ["--bundle", str(tiny_bundle), "--index", str(index_dir), "--create-index"]
     with serve_process([*args, "--log-level", "warning", "--threads", "1"], port) as proc:

@@ -13,11 +13,11 @@ from index.snapshot import restore_snapshot
 from service.app import create_app
 from service.settings import Settings
 from service.testing import FakeEncoder
-from tests.test_service_e2e import _live_index_dir
+from tests.service_client import empty_index_dir
 
 
 def test_snapshot_route_during_writes_restores_exactly(tmp_path: Path) -> None:
-    index_dir = _live_index_dir(tmp_path / "idx", dim=8)
+    index_dir = empty_index_dir(tmp_path / "idx", dim=8)
     settings = Settings(bundle="fake-bundle", index_dir=index_dir, warmup=False)
     acked: list[int] = []
     enough, stop, failures = threading.Event(), threading.Event(), []
