@@ -60,7 +60,7 @@ def verify_bundle(bundle: Path, files: Sequence[str]) -> dict[str, Any]:
         raise BundleError(f"not a bundle (no manifest.json): {bundle}")
     manifest = read_manifest(bundle)
     if manifest.get("kind") != BUNDLE_KIND:
-        raise BundleError(f"{bundle} is a {manifest.get('kind')!r}, not a bundle")
+        raise BundleError(f"{bundle} is not a bundle: its manifest says kind {manifest.get('kind')!r}")
     for name in files:
         expected = manifest.get("files", {}).get(name)
         path = bundle / name
