@@ -71,6 +71,8 @@ def not_a_checkpoint(tmp_path: Path) -> Path:
         (["train", "--student", "/no/such/student", "--out", "{tmp}/run"], "not found: '/no/such/student'"),
         (["train", "--init-from", "{bundle}", "--out", "{tmp}/run"], "this needs a training checkpoint"),
         (["train", "--ensemble-teacher", "./x:0.3", "--out", "{tmp}/run"], "model not found: './x'"),
+        (["train", "--device", "cuda", "--out", "{tmp}/run"], "--device cuda: no CUDA GPU here"),
+        (["eval", "--model", "all-MiniLM-L6-v2", "--device", "nope"], "--device 'nope'"),
     ],
 )
 def test_wrong_paths_are_one_line_errors(
@@ -87,6 +89,8 @@ def test_wrong_paths_are_one_line_errors(
     from distilembed import cli
 
     argv = [a.format(tmp=tmp_path, bundle=not_a_checkpoint) for a in args]
+    if "cuda" in argv and __import__("torch").cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
     monkeypatch.setenv("DISTILEMBED_DATA_DIR", str(tiny_data))
     monkeypatch.setattr(sys, "argv", ["distilembed", *argv])
     with pytest.raises(SystemExit) as exited:

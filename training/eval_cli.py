@@ -94,8 +94,10 @@ def eval_command(
     root = sts_dir if sts_dir is not None else default_sts_dir()
     located = locate_sts_sets(root)
     sets = {name: load_sts_set(name, path) for name, path in located.items()}
+    from training.trainer import resolve_device  # imports torch: only when the command runs
+
     with status.status(f"loading model {model}"):
-        encoder = load_sentence_encoder(model, device=device)
+        encoder = load_sentence_encoder(model, device=resolve_device(device))
     dim, params = model_size(encoder)
     encode = sentence_transformer_encoder(encoder, batch_size=batch_size)
 

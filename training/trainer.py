@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from distilembed.artifacts import atomic_directory, atomic_write_json
+from distilembed.errors import UserError
 from training.student import load_trained_weights
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,18 @@ def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int) -> l
 
 
 def resolve_device(device: str) -> str:
+    """``auto`` is CUDA when there is one; a named device must exist (a one-line error, not torch's
+    assertion deep in the first forward pass)."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as exc:
+        raise UserError(f"--device {device!r}: {str(exc).splitlines()[0]}") from exc
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA GPU here (torch {torch.__version__}); use cpu or auto")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: no Apple GPU here; use cpu or auto")
     return device
 
 
