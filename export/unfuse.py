@@ -21,7 +21,6 @@ from distilembed.artifacts import (
     atomic_write_json,
     git_commit,
     now_iso,
-    read_manifest,
     sha256_file,
 )
 
@@ -115,7 +114,9 @@ def upgrade_bundle(
     from export.runtime import MODEL_FILES, BundleError, Encoder, cosines, verify_bundle
 
     present = [f for f in MODEL_FILES.values() if (bundle / f).is_file()]
-    manifest = verify_bundle(bundle, present) if present else read_manifest(bundle)
+    manifest = verify_bundle(bundle, present)  # and that it is a bundle at all
+    if not present:
+        raise BundleError(f"{bundle} holds no model graph ({', '.join(MODEL_FILES.values())})")
     record: dict[str, Any] = {
         "rewrite": "SkipLayerNormalization -> Add + LayerNormalization",
         "at": now_iso(),

@@ -146,3 +146,12 @@ def test_upgrade_bundle_cli(tiny_bundle: Path, tiny_data: Path, tmp_path: Path) 
         [*cli, str(tmp_path)], capture_output=True, text=True, env=env, check=False, timeout=300
     )
     assert bad.returncode == 2 and "not a bundle" in bad.stderr and "Traceback" not in bad.stderr
+
+    index = tmp_path / "index"  # another artifact: refused, and left as it was
+    index.mkdir()
+    (index / "manifest.json").write_text(json.dumps({"kind": "index"}))
+    other = subprocess.run(
+        [*cli, str(index)], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+    assert other.returncode == 2 and "not a bundle: its manifest says kind 'index'" in other.stderr
+    assert json.loads((index / "manifest.json").read_text()) == {"kind": "index"}
