@@ -69,8 +69,11 @@ def take_snapshot(
     ``link``: hard-link the Faiss files when ``out`` is on the same filesystem (instant, no space;
     the snapshot shares their disk blocks until the index replaces them), else copy them."""
     start, where = time.perf_counter(), f"index {directory}"
-    if not (directory / MANIFEST).is_file() or read_manifest(directory).get("kind") != "index":
-        raise UserError(f"not an index directory: {directory} (snapshot each shard of a sharded index)")
+    if not (directory / MANIFEST).is_file():
+        raise UserError(f"not an index directory (no manifest.json): {directory}")
+    if (kind := read_manifest(directory).get("kind")) != "index":
+        hint = " (snapshot each shard of a sharded index)" if kind == "index_shards" else ""
+        raise UserError(f"{directory} is a {kind!r}, not an index{hint}")
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
     check_static_files(where, directory, read_manifest(directory))  # and never create a store
