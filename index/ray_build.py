@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
+from distilembed.ray_address import join
 from index.assemble import save_shard
 from index.corpus import CorpusSpec, CorpusStats
 from index.splits import CorpusPlan, Split, read_split, stage_decompressed
@@ -57,7 +58,7 @@ def connect(address: str | None) -> bool:
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     common = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address:
-        ray.init(address=address, **common)
+        join(address, **common)
     else:
         ray.init(num_cpus=os.cpu_count(), object_store_memory=OBJECT_STORE_BYTES, **common)
     return True

@@ -36,6 +36,7 @@ from ray.serve.handle import DeploymentHandle
 
 from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
+from distilembed.ray_address import join
 from service.app import bundle_sha256, create_app, load_encoder, load_index
 from service.batcher import EncoderLike
 from service.errors import ApiError
@@ -303,7 +304,7 @@ def start(settings: Settings, **init: Any) -> None:
     import ray
 
     if settings.ray_address is not None:
-        ray.init(address=settings.ray_address, logging_level=logging.WARNING, **init)
+        join(settings.ray_address, logging_level=logging.WARNING, **init)
     else:
         # The cluster's processes inherit this process's environment when ray.init starts them.
         added = {k: v for k, v in local_cluster_env(settings).items() if k not in os.environ}
