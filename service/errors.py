@@ -44,10 +44,14 @@ def error_response(
 
 
 def _describe(errors: list[Any]) -> str:
+    # An omittable field is a union with None: its "Input should be None" branch is noise beside the
+    # real error, and so are pydantic's validator names in the location and its "Value error, ".
+    errors = [e for e in errors if e.get("type") != "none_required"] or errors
     parts = []
     for err in errors[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        loc = (str(p) for p in err.get("loc", ()))
+        where = ".".join(p for p in loc if p != "body" and not p.startswith("function-")) or "body"
+        parts.append(f"{where}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
     more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
     return "; ".join(parts) + more
 

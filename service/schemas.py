@@ -6,9 +6,11 @@ routes, so the pydantic models only hold what is true for every deployment.
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 T = TypeVar("T")
@@ -30,7 +32,26 @@ def _integral(value: object) -> object:
     return value
 
 
+def _json_text(value: T) -> T:
+    """What is stored and echoed back must survive as strict JSON in UTF-8: Python's parser lets
+    NaN / Infinity and lone surrogates (``"\\ud800"``) through, and SQLite or the response would
+    then fail (a 500) or turn NaN into null."""
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except ValueError as exc:  # UnicodeEncodeError is a ValueError too
+        what = "a lone surrogate" if isinstance(exc, UnicodeEncodeError) else "NaN or Infinity"
+        raise ValueError(f"must be strict JSON text, and this holds {what}") from None
+    return value
+
+
+def _finite(values: list[float]) -> list[float]:
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError("must hold finite numbers (no NaN or Infinity)")
+    return values
+
+
 Integer = Annotated[int, BeforeValidator(_integral)]
+Metadata = Annotated[dict[str, Any], AfterValidator(_json_text)]
 Positive = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 
 
@@ -138,7 +159,7 @@ class SearchRequest(Strict):
 
     model_config = ConfigDict(json_schema_extra=exactly_one_of("query", "vector"))
     query: Omittable[Text] = None
-    vector: Omittable[Annotated[list[float], Field(min_length=1)]] = Field(
+    vector: Omittable[Annotated[list[float], Field(min_length=1), AfterValidator(_finite)]] = Field(
         None, description="A query vector of the index's dimension."
     )
     top_k: Positive | None = Field(None, description="1..max_top_k (default from settings).")
@@ -150,7 +171,9 @@ class SearchRequest(Strict):
         description="pq and binary indexes: candidates rescored exactly (default: the setting, else the "
         "index's); ignored by float32 and sq8 indexes.",
     )
-    filter: dict[str, MetaValue] | None = Field(None, description="Metadata equality filter.")
+    filter: Annotated[dict[str, MetaValue], AfterValidator(_json_text)] | None = Field(
+        None, description="Metadata equality filter."
+    )
     with_text: bool = True
     truncate: bool = False
 
@@ -176,7 +199,7 @@ class SearchResponse(BaseModel):
 class DocumentIn(Strict):
     id: Annotated[str, Field(min_length=1, max_length=1024)]
     text: Text
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
 
 
 class UpsertRequest(Strict):

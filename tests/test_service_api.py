@@ -230,6 +230,28 @@ def test_invalid_json(client):
     error(client.post("/search", content=b"query=a"), 415)  # a form body, as curl -d sends
 
 
+DOC = '{"documents": [{"id": "a", "text": "x", "metadata": %s}]}'
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "message"),
+    [
+        ("/documents", DOC % r'{"\ud800": 1}', "metadata: must be strict JSON text, and this holds a lone"),
+        ("/documents", DOC % r'{"k": ["\udfff"]}', "lone surrogate"),
+        ("/documents", DOC % '{"k": NaN}', "NaN or Infinity"),
+        ("/documents", DOC % '{"k": 1e999}', "NaN or Infinity"),
+        ("/search", r'{"query": "x", "filter": {"\ud800": 1}}', "filter: must be strict JSON text"),
+        ("/search", '{"query": "x", "filter": {"k": -Infinity}}', "filter: must be strict JSON text"),
+        ("/search", '{"vector": [NaN, 0, 0, 0, 0, 0, 0, 0]}', "vector: must hold finite numbers"),
+    ],
+)
+def test_what_strict_json_cannot_hold_is_422(client, path, raw, message):
+    """Python's JSON parser lets NaN, Infinity and lone surrogates through; stored metadata and filters
+    must survive as strict UTF-8 JSON (SQLite refused the surrogates with a 500, NaN came back null)."""
+    r = client.post(path, content=raw.encode(), headers={"content-type": "application/json"})
+    assert message in error(r, 422, "validation_error")["error"]
+
+
 def test_payload_limit_from_content_length_and_stream(client):
     big = {"input": "x" * 5000}
     error(client.post("/v1/embeddings", json=big), 413, "payload_too_large")
