@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import logging
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,9 +140,36 @@ def from_mapping(
     if doc_id is None or text is None or not str(text).strip() or not str(doc_id).strip():
         stats.skip(where, lineno, f"missing {spec.id_column!r} or {spec.text_column!r}")
         return None
-    metadata = {c: row[c] for c in spec.metadata_columns if c in row}
+    metadata = {c: _json_value(row[c]) for c in spec.metadata_columns if c in row}
+    doc = Document(str(doc_id), str(text), metadata)
+    if not _encodable(doc):  # a JSON escape like "\ud800": the tokenizer and SQLite refuse it
+        stats.skip(where, lineno, "a lone surrogate, not valid UTF-8")
+        return None
     stats.rows += 1
-    return Document(str(doc_id), str(text), metadata)
+    return doc
+
+
+def _json_value(value: Any) -> Any:
+    """NaN and Infinity (a missing value in a table, or a jsonl extension) become null: JSON has
+    neither, and the service could not send them back."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _encodable(doc: Document) -> bool:
+    try:
+        doc.id.encode("utf-8")
+        doc.text.encode("utf-8")
+        if doc.metadata:
+            json.dumps(doc.metadata, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_lines(

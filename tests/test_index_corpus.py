@@ -38,6 +38,25 @@ def test_jsonl_with_metadata_columns(tmp_path) -> None:
     assert stats.skipped == 2 and stats.skipped_lines == [3, 4]
 
 
+def test_jsonl_nan_metadata_is_null_and_lone_surrogates_are_skipped(tmp_path) -> None:
+    """What Python's JSON parser lets through but strict JSON has not: NaN / Infinity metadata (a
+    missing value) become null; a row whose id, text or metadata holds a lone surrogate is skipped,
+    as invalid UTF-8 bytes are (the tokenizer and SQLite refuse it)."""
+    path = tmp_path / "c.jsonl"
+    path.write_text(
+        '{"id": "a", "text": "alpha", "lang": NaN, "tags": [1, Infinity]}\n'
+        '{"id": "b", "text": "beta \\ud800", "lang": "de"}\n'
+        '{"id": "c", "text": "gamma", "lang": {"\\udfff": 1}}\n'
+        '{"id": "d", "text": "delta", "lang": "en"}\n'
+    )
+    stats = CorpusStats()
+    spec = CorpusSpec(path, metadata_columns=("lang", "tags"))
+    docs = list(iter_documents(spec, stats))
+    kept = [(d.id, d.metadata) for d in docs]
+    assert kept == [("a", {"lang": None, "tags": [1, None]}), ("d", {"lang": "en"})]
+    assert (stats.rows, stats.skipped, stats.skipped_lines) == (2, 2, [2, 3])
+
+
 def test_tsv_and_csv(tmp_path) -> None:
     tsv = tmp_path / "c.tsv"
     tsv.write_text("id\ttext\tsource\n1\thello world\tweb\n2\tonly two\n3\t\tweb\n")
