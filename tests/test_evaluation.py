@@ -183,6 +183,25 @@ def test_eval_command_end_to_end(cli, tmp_path, monkeypatch):
     assert report["scores"]["Avg."] == pytest.approx(np.mean([report["scores"]["STS13"], direct]))
 
 
+def test_eval_command_scores_a_bundle_through_the_runtime(cli, tmp_path, tiny_bundle):
+    """A bundle is scored as the service encodes (onnxruntime, the chosen graph), no PyTorch model."""
+    from export.runtime import Encoder
+
+    app, loaded = cli
+    sts = make_data(tmp_path / "data")
+    out = tmp_path / "sts.json"
+    args = ["eval", "--model", str(tiny_bundle), "--sts-dir", str(sts)]
+    result = CliRunner().invoke(app, [*args, "--json", str(out), "--variant", "fp32"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert loaded == [] and report["device"] == "onnx fp32" and report["params"] is None
+    runtime = Encoder(tiny_bundle, variant="fp32")
+    assert report["dim"] == runtime.dim
+    assert report["scores"]["STS-B"] == pytest.approx(evaluate_pairs(runtime.encode, _stsb_pairs()), abs=1e-6)
+    bad = CliRunner().invoke(app, [*args, "--variant", "x"])
+    assert isinstance(bad.exception, UserError) and "--variant must be int8 or fp32" in str(bad.exception)
+
+
 def _stsb_pairs() -> list[STSPair]:
     return [
         STSPair("a cat sat", "a cat sits", 4.5),

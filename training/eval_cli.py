@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from distilembed.artifacts import atomic_write_json
+from distilembed.artifacts import atomic_write_json, read_manifest
 from distilembed.errors import UserError
 from training.data.sts import load_sts_set, locate_sts_sets
 from training.teachers import load_sentence_encoder
@@ -56,13 +56,35 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _encoder(
+    model: str, device: str, variant: str, batch_size: int
+) -> tuple[int | None, int | None, Any, str]:
+    """(dimension, parameters, encode function, what runs it) of a bundle (the ONNX runtime, as the
+    service encodes) or of a PyTorch model."""
+    from export.runtime import BUNDLE_KIND, Encoder
+
+    folder = Path(model).expanduser()
+    if (folder / "manifest.json").is_file() and read_manifest(folder).get("kind") == BUNDLE_KIND:
+        if variant not in ("int8", "fp32"):
+            raise UserError(f"--variant must be int8 or fp32, not {variant!r}")
+        runtime = Encoder(folder, variant=variant, threads=os.cpu_count())
+        encode = lambda texts: runtime.encode(texts, batch_size=batch_size)  # noqa: E731
+        return runtime.dim, None, encode, f"onnx {variant}"
+    from training.evaluation import sentence_transformer_encoder
+    from training.trainer import resolve_device  # imports torch: only when the command runs
+
+    encoder = load_sentence_encoder(model, device=resolve_device(device))
+    dim, params = model_size(encoder)
+    return dim, params, sentence_transformer_encoder(encoder, batch_size=batch_size), device
+
+
 def eval_command(
     model: Annotated[
         str,
         typer.Option(
             "--model",
-            help="Sentence-transformers folder, packaged teacher (all-MiniLM-L6-v2, all-mpnet-base-v2) "
-            "or hub id.",
+            help="Sentence-transformers folder, packaged teacher (all-MiniLM-L6-v2, all-mpnet-base-v2), "
+            "hub id, or an exported bundle (scored through the ONNX runtime, as the service encodes).",
         ),
     ],
     sts_dir: Annotated[
@@ -79,13 +101,10 @@ def eval_command(
     ] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Sentences per encode call.")] = 64,
     device: Annotated[str, typer.Option("--device", help="Torch device for the model.")] = "cpu",
+    variant: Annotated[str, typer.Option("--variant", help="A bundle's graph: int8 or fp32.")] = "int8",
 ) -> None:
     """Evaluate a sentence encoder on the STS sets found (Spearman x100 of cosine, SimCSE protocol)."""
-    from training.evaluation import (
-        evaluate_sts,
-        format_table,
-        sentence_transformer_encoder,
-    )
+    from training.evaluation import evaluate_sts, format_table
 
     to_stdout = json_out is not None and str(json_out) == STDOUT
     console = Console(stderr=to_stdout)
@@ -94,12 +113,8 @@ def eval_command(
     root = sts_dir if sts_dir is not None else default_sts_dir()
     located = locate_sts_sets(root)
     sets = {name: load_sts_set(name, path) for name, path in located.items()}
-    from training.trainer import resolve_device  # imports torch: only when the command runs
-
     with status.status(f"loading model {model}"):
-        encoder = load_sentence_encoder(model, device=resolve_device(device))
-    dim, params = model_size(encoder)
-    encode = sentence_transformer_encoder(encoder, batch_size=batch_size)
+        dim, params, encode, runs_on = _encoder(model, device, variant, batch_size)
 
     started = time.perf_counter()
     with Progress(
@@ -136,7 +151,7 @@ def eval_command(
             **results,
             "sources": {name: str(path) for name, path in located.items()},
             "batch_size": batch_size,
-            "device": device,
+            "device": runs_on,
             "seconds": round(seconds, 2),
         }
     )
