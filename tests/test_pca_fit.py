@@ -10,7 +10,8 @@ import pytest
 
 from distilembed.errors import UserError
 from training.config import TrainConfig
-from training.pipeline import _pca_fit_texts, _prepare_dirs
+from training.pipeline import _prepare_dirs
+from training.training_text import pca_fit_texts
 
 STSB = [
     "main-captions\tMSRvid\t2012test\t0001\t2.5\tb second .\ta first .",
@@ -19,23 +20,23 @@ STSB = [
 
 
 def test_corpus_fit_needs_no_extra_sentences() -> None:
-    assert _pca_fit_texts(TrainConfig(), None) == []
+    assert pca_fit_texts(TrainConfig(), None) == []
 
 
 def test_stsb_csv_gives_its_unique_sentences_sorted(tmp_path: Path) -> None:
     (tmp_path / "sts-train.csv").write_text("\n".join(STSB) + "\n", encoding="utf-8")
     cfg = TrainConfig(pca_fit="sts-train.csv")
-    assert _pca_fit_texts(cfg, str(tmp_path)) == ["a first .", "b second .", "c third ."]
+    assert pca_fit_texts(cfg, str(tmp_path)) == ["a first .", "b second .", "c third ."]
 
 
 def test_text_file_gives_its_unique_lines_sorted(tmp_path: Path) -> None:
     (tmp_path / "fit.txt").write_text("zeta\nalpha\nzeta\n", encoding="utf-8")
-    assert _pca_fit_texts(TrainConfig(pca_fit=str(tmp_path / "fit.txt")), None) == ["alpha", "zeta"]
+    assert pca_fit_texts(TrainConfig(pca_fit=str(tmp_path / "fit.txt")), None) == ["alpha", "zeta"]
 
 
 def test_missing_fit_file_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="--pca-fit file not found"):
-        _pca_fit_texts(TrainConfig(pca_fit=str(tmp_path / "nope.csv")), None)
+        pca_fit_texts(TrainConfig(pca_fit=str(tmp_path / "nope.csv")), None)
 
 
 def test_resume_accepts_a_config_saved_before_new_fields(tmp_path: Path) -> None:

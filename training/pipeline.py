@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,8 @@ from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
-from training.data.extra_text import drop_excluded, excluded_keys, source_sentences
 from training.data.sts import distinct_sentences, find_sts_sets, load_stsb_split
-from training.data.text import content_hash, read_sentences
+from training.data.text import content_hash
 from training.evaluation import (
     evaluate_model_pairs,
     evaluate_pairs,
@@ -38,6 +37,7 @@ from training.student import count_parameters
 from training.teacher_ensemble import AnyTeacher, build_teacher, ensemble_weights
 from training.teachers import resolve_model
 from training.trainer import LoopState, Trainer, remove_workdir, resolve_device
+from training.training_text import augmented_sets, training_text
 
 log = logging.getLogger(__name__)
 
@@ -83,61 +83,6 @@ def _prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) ->
     return workdir
 
 
-def _augmented(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
-    if not cfg.augment:
-        return []
-    from training.augment import augment_corpus
-
-    return [
-        augment_corpus(texts, [method], seed=cfg.seed, synonym_p=cfg.synonym_p, deletion_p=cfg.deletion_p)
-        for method in cfg.augment
-    ]
-
-
-@dataclass
-class TrainingText:
-    """The text a run distils on, less the ``--exclude-text`` sentences; warming the target cache
-    and training read it through one function, so both see the same sets."""
-
-    corpus: list[str]  # ``n_sentences`` of the corpus after its first ``skip_sentences``
-    corpus_dropped: int
-    pca_fit: list[str]  # what the PCA fits on (all of it: fitting is not training)
-    extra: dict[str, list[str]]  # each ``--extra-text`` source
-    pca_train: list[str]  # the PCA-fit sentences trained on (``--train-on-pca-texts``)
-    excluded: int  # distinct normalised sentences kept out
-
-    def more_sets(self) -> list[list[str]]:
-        """The sets trained on besides the corpus and its augmentations, in training order."""
-        return [*self.extra.values(), *([self.pca_train] if self.pca_train else [])]
-
-
-def training_text(cfg: TrainConfig, data_dir: str | None) -> TrainingText:
-    excluded = excluded_keys(cfg.exclude_text, data_dir)
-    corpus = read_sentences(
-        resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences, skip=cfg.skip_sentences
-    )
-    kept, dropped = drop_excluded(corpus, excluded)
-    pca_fit = _pca_fit_texts(cfg, data_dir)
-    return TrainingText(
-        corpus=kept,
-        corpus_dropped=dropped,
-        pca_fit=pca_fit,
-        extra={s: drop_excluded(source_sentences(s, data_dir), excluded)[0] for s in cfg.extra_text},
-        pca_train=drop_excluded(pca_fit, excluded)[0] if cfg.train_on_pca_texts else [],
-        excluded=len(excluded),
-    )
-
-
-def _pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
-    """The unique sentences (sorted) of ``cfg.pca_fit``; empty when the PCA fits on the corpus."""
-    if cfg.pca_fit == "corpus":
-        return []
-    path = resolve_data_path(cfg.pca_fit, data_dir)
-    if not path.exists():
-        raise UserError(f"--pca-fit file not found: {path}")
-    return source_sentences(str(path))
-
-
 def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:
     pairs = load_stsb_split(sts_dir, split)
     return pairs, distinct_sentences(pairs)
@@ -156,7 +101,7 @@ def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[
     text = training_text(cfg, data_dir)
     sets = {"corpus": text.corpus, "pca_fit": text.pca_fit, "pca_train": text.pca_train}
     sets |= {f"extra:{s}": t for s, t in text.extra.items()}
-    sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, _augmented(text.corpus, cfg), strict=True)}
+    sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, augmented_sets(text.corpus, cfg), strict=True)}
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     sets |= {f"stsb_{split}": _reference_sentences(sts_dir, split)[1] for split in ("dev", "test")}
     for sentences in sets.values():
@@ -317,7 +262,7 @@ def run_training(
             backend=cfg.teacher_backend,
         )
     with clock.stage("augment"):
-        extra_sets = _augmented(texts, cfg) + text.more_sets()
+        extra_sets = augmented_sets(texts, cfg) + text.more_sets()
     with clock.stage("teacher_targets"):
         base, base_info = teacher.targets(texts)
         pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
