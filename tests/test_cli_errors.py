@@ -72,6 +72,10 @@ def not_a_checkpoint(tmp_path: Path) -> Path:
         (["train", "--init-from", "{bundle}", "--out", "{tmp}/run"], "this needs a training checkpoint"),
         (["train", "--ensemble-teacher", "./x:0.3", "--out", "{tmp}/run"], "model not found: './x'"),
         (["train", "--device", "cuda", "--out", "{tmp}/run"], "--device cuda: no CUDA GPU here"),
+        (["train", "--max-steps", "0", "--out", "{tmp}/run"], "--max-steps must be positive"),
+        (["train", "--teacher-batch-size", "0", "--out", "{tmp}/run"], "--teacher-batch-size must be"),
+        (["train", "--seed", "-1", "--out", "{tmp}/run"], "--seed must be in [0, 2**32)"),
+        (["train", "--layers", "99", "--out", "{tmp}/run"], "has 6 layers"),
         (["eval", "--model", "all-MiniLM-L6-v2", "--device", "nope"], "--device 'nope'"),
     ],
 )

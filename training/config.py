@@ -111,9 +111,15 @@ class TrainConfig:
         unknown = set(self.augment) - set(AUGMENTATIONS)
         if unknown:
             raise UserError(f"unknown augmentation {sorted(unknown)} (known: {', '.join(AUGMENTATIONS)})")
-        for name in ("dim", "n_sentences", "batch_size", "max_seq_len", "eval_every", "save_every"):
+        positive = ("dim", "n_sentences", "batch_size", "max_seq_len", "eval_every", "save_every")
+        for name in (*positive, "teacher_batch_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
+        for name in ("max_steps", "finetune_max_steps"):  # None: as many as the epochs take
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be positive (leave it out for no cap)")
+        if not 0 <= self.seed < 2**32:
+            raise UserError(f"--seed must be in [0, 2**32), got {self.seed}")
         if self.layers is not None and self.layers < 1:
             raise UserError("--layers must be positive")
         if self.epochs <= 0 and not self.max_steps:

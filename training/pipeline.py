@@ -62,6 +62,11 @@ def _check_models(cfg: TrainConfig) -> None:
     made: a typo is one line, not an unfinished run that wants ``--resume``."""
     for name in (cfg.student, cfg.teacher, *(n for n, _ in ensemble_weights(cfg.ensemble_teachers))):
         resolve_model(name)
+    config = Path(resolve_model(cfg.student)) / "config.json"  # a local student: its depth is known
+    if cfg.layers is not None and config.is_file():
+        total = json.loads(config.read_text()).get("num_hidden_layers")
+        if isinstance(total, int) and cfg.layers > total:
+            raise UserError(f"--layers {cfg.layers}: the student {cfg.student!r} has {total} layers")
     if cfg.init_from is not None:
         require_checkpoint(cfg.init_from)
 

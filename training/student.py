@@ -78,6 +78,8 @@ def build_student(
         raise UserError(f"projection dim must be positive, got {dim}")
     if layers is not None:
         total = len(_encoder_layers(transformer.auto_model))
+        if layers > total:
+            raise UserError(f"--layers {layers}: the student {init!r} has {total} layers")
         keep_layers(transformer.auto_model, spread_layers(total, layers))
     if freeze_embeddings:
         # The vocabulary x hidden matrix dominates a CPU step's optimiser work; keeping it fixed
