@@ -183,9 +183,9 @@ def train_command(
 def targets_command(
     teacher: Annotated[str, Opt(help="Teacher folder, packaged name or hub id.")],
     corpus: Annotated[str, Opt(help="Unlabeled corpus (.txt / .txt.gz).")],
-    n_sentences: Annotated[int | None, Opt(help="Use the first N sentences.")] = None,
-    skip_sentences: Annotated[int, Opt(help="Skip the corpus's first N sentences.")] = 0,
-    batch_size: Annotated[int, Opt()] = 64,
+    n_sentences: Annotated[int | None, Opt(help="Use the first N sentences.", min=1)] = None,
+    skip_sentences: Annotated[int, Opt(help="Skip the corpus's first N sentences.", min=0)] = 0,
+    batch_size: Annotated[int, Opt(help="Sentences per teacher call.", min=1)] = 64,
     device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
     teacher_backend: Annotated[str, Opt(help=BACKEND_HELP)] = "auto",
     data_dir: DataDir = None,
@@ -246,8 +246,8 @@ def whiten_command(
     corpus: Annotated[str, Opt(help="Unlabeled text the mean and covariance are fitted on.")] = (
         "unlabeled/enwiki2015_1m_sentences.txt.gz"
     ),
-    n_sentences: Annotated[int, Opt(help="Sentences of --corpus to fit on.")] = 20000,
-    skip_sentences: Annotated[int, Opt(help="Start after this many sentences of --corpus.")] = 500000,
+    n_sentences: Annotated[int, Opt(help="Sentences of --corpus to fit on.", min=2)] = 20000,
+    skip_sentences: Annotated[int, Opt(help="Start after this many sentences of --corpus.", min=0)] = 500000,
     sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
     data_dir: DataDir = None,
     overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
