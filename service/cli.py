@@ -114,7 +114,8 @@ def _settings(cls: Any, overrides: dict[str, Any]) -> Any:
         return cls(**overrides)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
         )
         raise UserError(f"bad settings: {problems}") from exc
 

@@ -8,6 +8,9 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from distilembed.errors import UserError
+from distilembed.ray_address import host_port
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DISTILEMBED_", extra="ignore", validate_default=True)
@@ -137,6 +140,16 @@ class Settings(BaseSettings):
     def _empty_is_none(cls, value: object) -> object:
         """An empty env var (``DISTILEMBED_INDEX_DIR=`` in compose) means unset."""
         return None if value == "" else value
+
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address_form(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                host_port(value)
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

@@ -32,3 +32,14 @@ def test_a_listening_address_passes_and_a_closed_one_is_a_one_line_error() -> No
             require_reachable(f"127.0.0.1:{port}")
     assert "\n" not in str(caught.value)
     require_reachable("auto")  # Ray resolves these itself
+
+
+def test_the_service_settings_check_the_address_form() -> None:
+    from pydantic import ValidationError
+
+    from service.settings import Settings
+
+    assert Settings(bundle="b", ray_address="ray://head:10001").ray_address == "ray://head:10001"
+    assert Settings(bundle="b", ray_address="").ray_address is None  # an empty env var: unset
+    with pytest.raises(ValidationError, match="is not host:port"):
+        Settings(bundle="b", ray_address="head")
