@@ -8,3 +8,10 @@ class UserError(Exception):
 
 class BusyError(UserError):
     """The operation conflicts with one already running (e.g. a second retrain): HTTP 409."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (libraries' messages run to paragraphs), or its
+    type's name when it has none: what a one-line error quotes of its cause."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -10,7 +10,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from distilembed.errors import UserError
+from distilembed.errors import UserError, first_line
 
 CONNECT_TIMEOUT_S = 5.0
 # Addresses Ray resolves itself: "auto" reads the cluster this machine started, "local" starts one.
@@ -55,5 +55,4 @@ def join(address: str, **init: Any) -> None:
     try:
         ray.init(address=address, **init)
     except ConnectionError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot join the Ray cluster at {address}: {first}") from None
+        raise UserError(f"cannot join the Ray cluster at {address}: {first_line(exc)}") from None

@@ -116,17 +116,14 @@ def _encoder_for(
     """The index, opened for writing or only to search, and the encoder of its bundle."""
     from distilembed.artifacts import read_manifest
     from export.runtime import Encoder, bundle_identity
-    from index.shards import SHARDS_KIND, is_sharded, open_index
+    from index.integrity import read_index_manifest
+    from index.shards import SHARDS_KIND, open_index
 
-    if not (index_dir / "manifest.json").is_file():
-        raise UserError(f"not an index directory (no manifest.json): {index_dir}")
-    kind = read_manifest(index_dir).get("kind")
-    if kind not in ("index", SHARDS_KIND):
-        raise UserError(f"{index_dir} is a {kind!r}, not an index")
-    sharded = is_sharded(index_dir)
+    manifest = read_index_manifest(index_dir, kinds=("index", SHARDS_KIND))
+    sharded = manifest["kind"] == SHARDS_KIND
     if sharded and writable:
         raise UserError(f"{index_dir} is a sharded index, read-only: write to its source and shard it again")
-    built = index_dir / read_manifest(index_dir)["shards"][0] if sharded else index_dir
+    built = index_dir / manifest["shards"][0] if sharded else index_dir
     meta = read_manifest(built).get("bundle", {}) if (built / "manifest.json").is_file() else {}
     if bundle is None and not meta.get("path"):
         raise UserError(f"{index_dir} does not record the bundle it was built with: pass --bundle")

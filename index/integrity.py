@@ -26,7 +26,7 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -326,6 +326,19 @@ def writer_lock(directory: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
+
+
+def read_index_manifest(
+    directory: Path, kinds: Collection[str] = ("index",), hints: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The manifest of the index at ``directory``, or a UserError naming what is there instead: no
+    manifest, or an artifact of another kind (``hints``: a sentence to add for some kinds)."""
+    if not (directory / "manifest.json").is_file():
+        raise UserError(f"not an index directory (no manifest.json): {directory}")
+    manifest = read_manifest(directory)
+    if (kind := manifest.get("kind")) not in kinds:
+        raise UserError(f"{directory} is a {kind!r}, not an index{(hints or {}).get(kind, '')}")
+    return manifest
 
 
 def verify_index(directory: Path) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import faiss
 import numpy as np
 
 from distilembed.artifacts import read_manifest
-from distilembed.errors import BusyError, UserError
+from distilembed.errors import BusyError, UserError, first_line
 from index import integrity
 from index.integrity import (
     INDEX_FILE,
@@ -87,11 +87,7 @@ class LiveIndex(Retraining):
         rescore_k: int | None = None,
     ) -> None:
         self.dir = Path(directory)
-        if not (self.dir / "manifest.json").is_file():
-            raise UserError(f"not an index directory (no manifest.json): {self.dir}")
-        self.manifest = read_manifest(self.dir)
-        if self.manifest.get("kind") != "index":
-            raise UserError(f"{self.dir} is a {self.manifest.get('kind')!r}, not an index")
+        self.manifest = integrity.read_index_manifest(self.dir)
         self.dim = int(self.manifest["dim"])
         self.kind = str(self.manifest.get("index_type", "ivf"))
         self.nlist = int(self.manifest.get("nlist", 0))
@@ -407,9 +403,7 @@ def _read_snapshot(path: Path, nprobe: int) -> tuple[faiss.Index, Snapshot]:
         try:
             index = load_index(path, nprobe)
         except RuntimeError as exc:  # an index without checksums, or damaged after its check
-            raise UserError(
-                f"index {path.parent}: {path.name} cannot be read: {str(exc).splitlines()[0]}"
-            ) from None
+            raise UserError(f"index {path.parent}: {path.name} cannot be read: {first_line(exc)}") from None
         if _snapshot_of(path) == before:
             return index, before
 

@@ -49,6 +49,7 @@ from index.integrity import (
     fsync_path,
     has_records,
     match_record,
+    read_index_manifest,
     record,
     record_files,
     writer_lock_held,
@@ -69,14 +70,11 @@ def take_snapshot(
     ``link``: hard-link the Faiss files when ``out`` is on the same filesystem (instant, no space;
     the snapshot shares their disk blocks until the index replaces them), else copy them."""
     start, where = time.perf_counter(), f"index {directory}"
-    if not (directory / MANIFEST).is_file():
-        raise UserError(f"not an index directory (no manifest.json): {directory}")
-    if (kind := read_manifest(directory).get("kind")) != "index":
-        hint = " (snapshot each shard of a sharded index)" if kind == "index_shards" else ""
-        raise UserError(f"{directory} is a {kind!r}, not an index{hint}")
+    shards_hint = {"index_shards": " (snapshot each shard of a sharded index)"}
+    manifest = read_index_manifest(directory, hints=shards_hint)
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
-    check_static_files(where, directory, read_manifest(directory))  # and never create a store
+    check_static_files(where, directory, manifest)  # and never create a store
     store = DocumentStore(directory / STORE_FILE, readonly=True)
     try:
         with atomic_directory(out, overwrite=overwrite) as tmp:

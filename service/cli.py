@@ -109,14 +109,13 @@ def _settings(cls: Any, overrides: dict[str, Any]) -> Any:
     from pydantic import ValidationError
 
     from distilembed.errors import UserError
+    from service.errors import describe_errors
 
     try:
         return cls(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
+        errors = exc.errors()
+        problems = describe_errors(errors, whole="settings", most=len(errors))
         raise UserError(f"bad settings: {problems}") from exc
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -43,16 +44,18 @@ def error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def _describe(errors: list[Any]) -> str:
+def describe_errors(errors: Sequence[Any], whole: str = "body", most: int = 5) -> str:
+    """Pydantic's errors as one line: ``where: what`` for the first ``most`` (``whole`` where the
+    error is about the input as a whole), for HTTP 422 bodies and the CLI's bad settings alike."""
     # An omittable field is a union with None: its "Input should be None" branch is noise beside the
     # real error, and so are pydantic's validator names in the location and its "Value error, ".
     errors = [e for e in errors if e.get("type") != "none_required"] or errors
     parts = []
-    for err in errors[:5]:
+    for err in errors[:most]:
         loc = (str(p) for p in err.get("loc", ()))
-        where = ".".join(p for p in loc if p != "body" and not p.startswith("function-")) or "body"
+        where = ".".join(p for p in loc if p != "body" and not p.startswith("function-")) or whole
         parts.append(f"{where}: {str(err.get('msg', 'invalid')).removeprefix('Value error, ')}")
-    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    more = f" (+{len(errors) - most} more)" if len(errors) > most else ""
     return "; ".join(parts) + more
 
 
@@ -69,7 +72,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     errors = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in errors):
         return error_response(request, 400, NOT_JSON, "invalid_json")
-    return error_response(request, 422, _describe(errors), "validation_error")
+    return error_response(request, 422, describe_errors(errors), "validation_error")
 
 
 def allowed_methods(request: Request) -> str:

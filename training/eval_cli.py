@@ -10,6 +10,7 @@ import json
 import math
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -68,8 +69,7 @@ def _encoder(
         if variant not in ("int8", "fp32"):
             raise UserError(f"--variant must be int8 or fp32, not {variant!r}")
         runtime = Encoder(folder, variant=variant, threads=os.cpu_count())
-        encode = lambda texts: runtime.encode(texts, batch_size=batch_size)  # noqa: E731
-        return runtime.dim, None, encode, f"onnx {variant}"
+        return runtime.dim, None, partial(runtime.encode, batch_size=batch_size), f"onnx {variant}"
     from training.evaluation import sentence_transformer_encoder
     from training.trainer import resolve_device  # imports torch: only when the command runs
 

@@ -60,9 +60,10 @@ class StageClock:
 def _check_models(cfg: TrainConfig) -> None:
     """Every model named resolves (a folder, a packaged teacher or a hub id) before the run's folder is
     made: a typo is one line, not an unfinished run that wants ``--resume``."""
-    for name in (cfg.student, cfg.teacher, *(n for n, _ in ensemble_weights(cfg.ensemble_teachers))):
+    student = resolve_model(cfg.student)
+    for name in (cfg.teacher, *(n for n, _ in ensemble_weights(cfg.ensemble_teachers))):
         resolve_model(name)
-    config = Path(resolve_model(cfg.student)) / "config.json"  # a local student: its depth is known
+    config = Path(student) / "config.json"  # a local student: its depth is known before it loads
     if cfg.layers is not None and config.is_file():
         total = json.loads(config.read_text()).get("num_hidden_layers")
         if isinstance(total, int) and cfg.layers > total:

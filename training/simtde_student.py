@@ -41,7 +41,7 @@ except ImportError:  # sentence-transformers < 5.7
     from sentence_transformers import models  # type: ignore[no-redef]
 from torch import nn
 
-from distilembed.errors import UserError
+from distilembed.errors import UserError, first_line
 from training.teachers import resolve_model
 
 
@@ -230,7 +230,7 @@ def build_simtde_student(
     try:
         source_module = models.Transformer(path, max_seq_length=max_seq_len)
     except OSError as exc:
-        raise UserError(f"cannot load SimTDE source {source!r}: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"cannot load SimTDE source {source!r}: {first_line(exc)}") from exc
     auto_model = source_module.auto_model
     weights = (
         token_weights(source_module.tokenizer, auto_model.config, sample_texts, max_seq_len)
@@ -291,7 +291,7 @@ def teacher_token_embedder(source: str = "all-MiniLM-L6-v2", device: str = "cpu"
     try:
         module = models.Transformer(path)
     except OSError as exc:
-        raise UserError(f"cannot load SimTDE source {source!r}: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"cannot load SimTDE source {source!r}: {first_line(exc)}") from exc
     embeddings = module.auto_model.embeddings.to(device).eval()
     embeddings.requires_grad_(False)
     return embeddings

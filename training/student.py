@@ -16,7 +16,7 @@ except ImportError:  # sentence-transformers < 5.7
 from torch import nn
 
 from distilembed.artifacts import require_checkpoint
-from distilembed.errors import UserError
+from distilembed.errors import UserError, first_line
 from training.teachers import resolve_model
 
 
@@ -66,7 +66,7 @@ def build_student(
     try:
         transformer = models.Transformer(path, max_seq_length=max_seq_len)
     except OSError as exc:
-        raise UserError(f"cannot load student init {init!r}: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"cannot load student init {init!r}: {first_line(exc)}") from exc
     hidden = (
         transformer.get_embedding_dimension()
         if hasattr(transformer, "get_embedding_dimension")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distilembed.artifacts import atomic_directory
-from distilembed.errors import UserError
+from distilembed.errors import UserError, first_line
 from distilembed.paths import cache_dir
 
 if TYPE_CHECKING:
@@ -125,8 +125,7 @@ def load_sentence_encoder(name_or_path: str, device: str = "cpu") -> SentenceTra
         return SentenceTransformer(resolved, device=device)
     except (OSError, ValueError) as exc:  # a hub miss (offline, unknown id), a folder of another kind
         where = "" if Path(resolved).is_dir() else " (no such folder; not found on the Hugging Face Hub)"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot load model {name_or_path!r}{where}: {first}") from exc
+        raise UserError(f"cannot load model {name_or_path!r}{where}: {first_line(exc)}") from exc
 
 
 def embedding_dimension(model: SentenceTransformer) -> int:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from distilembed.artifacts import atomic_directory, atomic_write_json
-from distilembed.errors import UserError
+from distilembed.errors import UserError, first_line
 from training.student import load_trained_weights
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def resolve_device(device: str) -> str:
     try:
         kind = torch.device(device).type
     except RuntimeError as exc:
-        raise UserError(f"--device {device!r}: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"--device {device!r}: {first_line(exc)}") from exc
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {device}: no CUDA GPU here (torch {torch.__version__}); use cpu or auto")
     if kind == "mps" and not torch.backends.mps.is_available():
