@@ -256,7 +256,7 @@ def verify_command(
 ) -> None:
     """Check an index in full: every file's checksum, SQLite's integrity_check, and that the Faiss
     index holds exactly the stored documents (exit 2 and one line if not). Safe while it serves."""
-    from index.integrity import verify_index
+    from index.verify import verify_index
 
     typer.echo(json.dumps(verify_index(index)))
 

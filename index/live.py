@@ -10,7 +10,8 @@ steps only replays changes that are already in the snapshot.
 One process writes a directory at a time (an flock on ``.writer.lock``). Two writers would each
 checkpoint a snapshot without the other's vectors and drop the other's log rows with their own,
 losing acknowledged writes. Readers (``writable=False``) take no lock and refuse writes; ``refresh``
-brings one up to date with what the writer has committed since (see its docstring).
+brings one up to date with what the writer has committed since (see its docstring,
+index/replay.py).
 
 Opening checks the files against the checksums in the manifest (index/integrity.py): sizes, the
 Faiss file's sha256, SQLite's quick_check. ``snapshot`` copies the index while it serves
@@ -19,7 +20,6 @@ Faiss file's sha256, SQLite's quick_check. ``snapshot`` copies the index while i
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -31,8 +31,7 @@ from typing import IO, Any
 import faiss
 import numpy as np
 
-from distilembed.artifacts import read_manifest
-from distilembed.errors import BusyError, UserError, first_line
+from distilembed.errors import BusyError, UserError
 from index import integrity
 from index.integrity import (
     INDEX_FILE,
@@ -44,27 +43,14 @@ from index.integrity import (
     writer_lock,
     writer_lock_held,
 )
-from index.rescore import DEFAULT_RESCORE_K, Rescorer
+from index.replay import Change, Replaying
+from index.rescore import DEFAULT_RESCORE_K
 from index.retrain import Retraining
 from index.store import Document
-from index.vectors import (
-    RESCORED,
-    add,
-    bytes_per_vector,
-    centroid_bytes,
-    describe,
-    load_index,
-    on_disk,
-    remove,
-    save_index,
-    search,
-    storage_of,
-)
+from index.vectors import add, bytes_per_vector, centroid_bytes, on_disk, remove, save_index, search
 
 log = logging.getLogger(__name__)
 __all__ = ["INDEX_FILE", "LOCK_FILE", "STORE_FILE", "Hit", "LiveIndex", "open_for_bundle", "writer_lock_held"]
-Change = tuple[int, int, bytes | None]  # a change-log row: seq, int id, float32 vector (None: delete)
-Snapshot = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size of the snapshot file
 
 
 @dataclass(frozen=True)
@@ -75,7 +61,7 @@ class Hit:
     metadata: dict[str, Any]
 
 
-class LiveIndex(Retraining):
+class LiveIndex(Replaying, Retraining):
     """Search, get, upsert and delete on a built index directory; thread-safe."""
 
     def __init__(
@@ -132,81 +118,6 @@ class LiveIndex(Retraining):
     @property
     def ntotal(self) -> int:
         return int(self.index.ntotal)
-
-    def _replay(self, index: faiss.Index, rescorer: Rescorer | None) -> list[Change]:
-        """Apply the logged changes to ``index`` and ``rescorer``; returns them."""
-        changes = self.store.changes()
-        _apply(index, rescorer, changes)
-        return changes
-
-    def _changes_after(self, seq: int) -> list[Change]:
-        with self._lock:  # the store's connection is shared with searches
-            return self.store.db.execute(
-                "SELECT seq, int_id, vector FROM changes WHERE seq > ? ORDER BY seq", (seq,)
-            ).fetchall()
-
-    def _load_consistent(
-        self, verify: bool = False
-    ) -> tuple[faiss.Index, Rescorer | None, Snapshot, list[Change]]:
-        """The snapshot file with the whole change log applied, its rescorer (compressed lists)
-        and the file's identity; ``verify``: the files loaded are ones whose sha256 the manifest
-        records.
-
-        Only a reader can race here: a checkpoint renames its new files into place and then drops
-        the rows they cover. The log read counts only if the file read is still in place after it,
-        since then no newer checkpoint dropped rows the file lacks. The rescoring file is opened
-        after that: it is renamed in before the Faiss file, so it holds at least the rows the log
-        no longer does (a newer one only holds rows the log holds too)."""
-        while True:
-            checked = None
-            if verify:
-                names = integrity.recorded_replaced_files(read_manifest(self.dir))
-                checked = self._checked = integrity.verified_files(f"index {self.dir}", self.dir, names)
-            index, snapshot = _read_snapshot(self.dir / INDEX_FILE, self.nprobe)
-            if checked is not None and snapshot != checked[INDEX_FILE][0]:
-                continue  # replaced since it was hashed: check the new one
-            changes = self._changes_after(0)
-            if _snapshot_of(self.dir / INDEX_FILE) != snapshot:
-                continue
-            rescorer = self._open_rescorer(index)
-            if rescorer is not None and checked is not None and rescorer.identity != checked[RESCORE_FILE][0]:
-                continue  # not the file that was hashed
-            _apply(index, rescorer, changes)
-            return index, rescorer, snapshot, changes
-
-    def _open_rescorer(self, index: faiss.Index) -> Rescorer | None:
-        if storage_of(index) not in RESCORED:
-            return None
-        return Rescorer.open(f"index {self.dir}", self.dir / RESCORE_FILE, self.dim, self.rescore_k)
-
-    def refresh(self) -> int:
-        """Bring a read-only index up to what its writer has committed; returns the changes applied.
-
-        Log rows past the last one applied are replayed; when a checkpoint or a retrain replaced
-        the snapshot file (its inode, mtime or size changed) the new file is loaded, outside the
-        lock so searches go on, and the whole remaining log replayed on it (idempotent). Documents
-        (text, metadata) come from SQLite and are always current; only vectors can lag. A writer's
-        in-memory index is always current: nothing to do."""
-        if self.writable:
-            return 0
-        with self._refreshing:
-            if _snapshot_of(self.dir / INDEX_FILE) == self._snapshot:
-                changes = self._changes_after(self._applied)
-                # Rows after the last applied are only dropped after a new file is renamed in.
-                if _snapshot_of(self.dir / INDEX_FILE) == self._snapshot:
-                    with self._lock:
-                        _apply(self.index, self.rescorer, changes)
-                        self._applied = changes[-1][0] if changes else self._applied
-                    return len(changes)
-            index, rescorer, snapshot, changes = self._load_consistent()
-            with contextlib.suppress(OSError, ValueError):
-                self.manifest = read_manifest(self.dir)
-            with self._lock:
-                self.index, self.rescorer, self._snapshot = index, rescorer, snapshot
-                self.kind, self.nlist = describe(index)
-                # Sequence numbers only grow (AUTOINCREMENT), so an empty log keeps the last seen.
-                self._applied = max(self._applied, changes[-1][0]) if changes else self._applied
-            return len(changes)
 
     def check_vectors(self, vectors: np.ndarray, rows: int | None = None) -> np.ndarray:
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -382,30 +293,6 @@ class LiveIndex(Retraining):
         if self._writer is not None:
             self._writer.close()  # closing the file releases the flock
             self._writer = None
-
-
-def _apply(index: faiss.Index, rescorer: Rescorer | None, changes: Sequence[Change]) -> None:
-    for _, int_id, blob in changes:
-        remove(index, [int_id])
-        if blob is not None:
-            add(index, np.frombuffer(blob, dtype="<f4").reshape(1, -1), np.array([int_id]))
-    if rescorer is not None:
-        rescorer.apply(changes)
-
-
-_snapshot_of = integrity.file_identity  # a checkpoint renames a new file into place (a new inode)
-
-
-def _read_snapshot(path: Path, nprobe: int) -> tuple[faiss.Index, Snapshot]:
-    """Load the file and its identity, retrying if it was replaced while it was read."""
-    while True:
-        before = _snapshot_of(path)
-        try:
-            index = load_index(path, nprobe)
-        except RuntimeError as exc:  # an index without checksums, or damaged after its check
-            raise UserError(f"index {path.parent}: {path.name} cannot be read: {first_line(exc)}") from None
-        if _snapshot_of(path) == before:
-            return index, before
 
 
 def open_for_bundle(

@@ -38,32 +38,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LANGS = ("bash", "sh", "console", "python")
-TAGS = ("service", "data", "mpnet", "slow", "ray")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_blocks import Block, check, describe, extract  # noqa: E402
+
 NOT_GUIDES = ("results.md", "decisions.md")
 STATUSES = ("passed", "failed", "skipped", "not-runnable", "invalid")
 READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 30.0
 SLOW_FACTOR = 12  # a slow block may train for an hour at the default 300 s
-FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`{]*)")
-MARKER = re.compile(r"^\s*<!--\s*(?P<kind>runnable|not-runnable)\s*(?::(?P<arg>.*?))?\s*-->\s*$")
-LOOSE_MARKER = re.compile(r"^\s*<!--\s*(not[- ]?)?runn?able", re.IGNORECASE)
 SERVICE_URL = re.compile(r"\b(localhost|127\.0\.0\.1):8080\b")
 MPNET_CHECK = "from training.teachers import _mpnet_parts; raise SystemExit(0 if _mpnet_parts() else 3)"
 RAY_CHECK = "import importlib.util as u; raise SystemExit(0 if u.find_spec('ray') else 3)"
 LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy for the local service
-USAGE = "<!-- runnable -->, <!-- runnable: TAGS --> or <!-- not-runnable: REASON -->"
-
-
-@dataclass
-class Block:
-    file: str
-    line: int  # of the opening fence, 1-based
-    lang: str
-    code: str
-    kind: str  # runnable | not-runnable | invalid
-    tags: tuple[str, ...] = ()
-    reason: str = ""  # not-runnable: why not; invalid: what is wrong with its marker
 
 
 @dataclass
@@ -73,72 +59,6 @@ class Result:
     status: str  # one of STATUSES
     seconds: float = 0.0
     reason: str = ""
-
-
-def _tag_problem(tags: tuple[str, ...]) -> str:
-    known = f"(tags: {', '.join(TAGS)})"
-    if "" in tags:
-        return f"empty tag in runnable marker {known}"
-    unknown = [tag for tag in tags if tag not in TAGS]
-    return f"unknown tag {', '.join(unknown)} {known}" if unknown else ""
-
-
-def parse_marker(line: str) -> tuple[str, tuple[str, ...], str]:
-    """(kind, tags, reason) of the line above a fence; kind ``invalid`` with the problem as reason."""
-    match = MARKER.match(line)
-    if match is None:
-        found = "a malformed marker" if LOOSE_MARKER.match(line) else "no marker"
-        return "invalid", (), f"{found} on the line above (want {USAGE})"
-    if match["kind"] == "not-runnable":
-        reason = (match["arg"] or "").strip()
-        return ("not-runnable", (), reason) if reason else ("invalid", (), "not-runnable without a reason")
-    tags = tuple(tag.strip() for tag in match["arg"].split(",")) if match["arg"] is not None else ()
-    problem = _tag_problem(tags)
-    return ("invalid", (), problem) if problem else ("runnable", tags, "")
-
-
-def _closing(lines: list[str], start: int, fence: str) -> int:
-    """Index of the line closing the fence opened at ``start`` (len(lines) when unclosed)."""
-    closing = re.compile(rf"^ *{re.escape(fence[0])}{{{len(fence)},}}\s*$")
-    return next((i for i in range(start + 1, len(lines)) if closing.match(lines[i])), len(lines))
-
-
-def _scan(path: Path, name: str) -> tuple[list[Block], list[int]]:
-    """The shell and Python blocks of a markdown file, and the lines of markers above no such block."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    blocks: list[Block] = []
-    outside: list[int] = []  # line indexes outside fences
-    i = 0
-    while i < len(lines):
-        match = FENCE.match(lines[i])
-        if match is None:
-            outside.append(i)
-            i += 1
-            continue
-        end = _closing(lines, i, match["fence"])
-        lang = match["info"].lower()
-        if lang in LANGS:
-            indent = len(match["indent"])
-            body = [line if line[:indent].strip() else line[indent:] for line in lines[i + 1 : end]]
-            kind, tags, reason = parse_marker(lines[i - 1] if i else "")
-            blocks.append(Block(name, i + 1, lang, "".join(f"{line}\n" for line in body), kind, tags, reason))
-        i = end + 1
-    above = {block.line - 2 for block in blocks}
-    stray = [i + 1 for i in outside if LOOSE_MARKER.match(lines[i]) and i not in above]
-    return blocks, stray
-
-
-def extract(path: Path, name: str | None = None) -> list[Block]:
-    """The ```bash / sh / console / python blocks of a markdown file with their markers."""
-    return _scan(path, name or str(path))[0]
-
-
-def check(path: Path, name: str | None = None) -> list[str]:
-    """One ``file:line: problem`` line per block without a valid marker and per stray marker."""
-    blocks, stray = _scan(path, name or str(path))
-    problems = [(b.line, f"```{b.lang} block: {b.reason}") for b in blocks if b.kind == "invalid"]
-    problems += [(n, "marker not on the line directly above a bash/sh/console/python fence") for n in stray]
-    return [f"{name or path}:{line}: {problem}" for line, problem in sorted(problems)]
 
 
 def default_docs(tree: Path) -> list[Path]:
@@ -376,13 +296,6 @@ def clone(dest: Path) -> Path:
     note = "; uncommitted changes in this checkout are not in it" if dirty.strip() else ""
     print(f"cloned {head[:12]} into {dest}{note}", flush=True)
     return dest
-
-
-def describe(block: Block) -> str:
-    """``file:line  lang  marker  | first line`` for --list."""
-    marker = block.kind + "".join(f": {part}" for part in (",".join(block.tags), block.reason) if part)
-    first = block.code.partition("\n")[0][:60]
-    return f"{block.file}:{block.line}  {block.lang:<7}  {marker}  | {first}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

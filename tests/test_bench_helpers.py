@@ -17,7 +17,8 @@ from binary_codes import code_variants, itq_rotation
 from binary_lists import parse_config
 from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
-from methods import END, START, add_comparisons, doc_note, merge_reports, parse_args, train_command
+from methods import parse_args, train_command
+from methods_report import END, START, add_comparisons, doc_note, merge_reports
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, mrr10, retrieval_scores, verdict
 from rescore_k import render as render_rescore_k

@@ -16,9 +16,10 @@ import pytest
 
 from distilembed.artifacts import atomic_write_json, read_manifest
 from distilembed.errors import UserError
-from index.integrity import INDEX_FILE, IVFDATA_FILE, STORE_FILE, verify_index, with_files
+from index.integrity import INDEX_FILE, IVFDATA_FILE, STORE_FILE, with_files
 from index.live import LiveIndex
 from index.store import Document
+from index.verify import verify_index
 from tests.test_index_live import make_index, unit
 
 ROOT = Path(__file__).parents[1]

@@ -13,10 +13,11 @@ import index.retrain
 import index.snapshot
 from distilembed.artifacts import atomic_write_json, read_manifest
 from distilembed.errors import BusyError, UserError
-from index.integrity import INDEX_FILE, IVFDATA_FILE, STORE_FILE, verify_index
+from index.integrity import INDEX_FILE, IVFDATA_FILE, STORE_FILE
 from index.live import LiveIndex
 from index.snapshot import SNAPSHOT_KIND, restore_snapshot, take_snapshot
 from index.store import Document
+from index.verify import verify_index
 from tests.test_index_integrity import cli, flip_byte, sealed_index, truncate
 from tests.test_index_live import unit
 
