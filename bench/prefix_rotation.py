@@ -8,7 +8,9 @@ rise for free. Fitted on --fit-sentences Wikipedia sentences after the first --s
 no preset trains on), on the final Dense layer's output before normalisation (what ``distilembed
 whiten`` folds into that layer). Candidates: the identity; centring; the PCA basis (coordinates in
 order of variance) at whitening powers p; the symmetric (ZCA) whitening ``whiten`` uses; the PCA
-basis inside the first 64 coordinates only (64-d and 128-d unchanged). Selection is on STS-B dev;
+basis inside the first 64 coordinates only (64-d and 128-d unchanged); and whitening within each
+trained prefix (``nested_whitening``: a lower block-triangular map, so each prefix stays a function
+of the same prefix and a client may still cut the vector). Selection is on STS-B dev;
 test is reported beside it. PyTorch, not int8. Prints a table and writes JSON; no doc block (the
 result is a paragraph of docs/methods.md).
 """
@@ -16,6 +18,7 @@ result is a paragraph of docs/methods.md).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -32,6 +35,32 @@ from results_doc import markdown_table, run_info  # noqa: E402
 WIDTHS = (128, 64, 32)
 
 
+def _symmetric_power(cov: np.ndarray, exponent: float) -> np.ndarray:
+    values, vectors = np.linalg.eigh(cov)
+    values = np.maximum(values, values.max() * 1e-6)
+    return (vectors * values**exponent) @ vectors.T
+
+
+def nested_whitening(cov: np.ndarray, power: float, widths: tuple[int, ...] = WIDTHS) -> np.ndarray:
+    """A map ``x -> x @ M`` whose first w outputs depend only on the first w inputs, for every w.
+
+    With ``L = M.T`` lower block-triangular over the widths (narrowest first), the metric a w-prefix
+    sees is ``L_w.T L_w``. The narrowest block is the prefix's own symmetric whitening
+    ``S_w^(-p/2)``; each wider block [B, A] matches the wider prefix's whitened metric
+    ``G = S_w^(-p)`` on its new rows and columns (``A.T A = G_bb``, ``A.T B = G_ba``). For p = 1
+    this is block-Cholesky whitening, exact at every width; below 1 the narrower block keeps its
+    own metric and the wider one is matched where it can be."""
+    order = sorted(widths)
+    lower = np.zeros_like(cov)
+    lower[: order[0], : order[0]] = _symmetric_power(cov[: order[0], : order[0]], -power / 2)
+    for before, width in itertools.pairwise(order):
+        metric = _symmetric_power(cov[:width, :width], -power)
+        new = _symmetric_power(metric[before:, before:], 0.5)
+        lower[before:width, before:width] = new
+        lower[before:width, :before] = np.linalg.solve(new.T, metric[before:, :before])
+    return lower.T
+
+
 def candidates(fit: np.ndarray, powers: list[float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """name: (mean, map) with the output's row x becoming (x - mean) @ map."""
     dim = fit.shape[1]
@@ -45,6 +74,9 @@ def candidates(fit: np.ndarray, powers: list[float]) -> dict[str, tuple[np.ndarr
         out[f"PCA basis, whitening {p:g}"] = (mean, scaled)
         if p:
             out[f"ZCA whitening {p:g} (distilembed whiten)"] = (mean, scaled @ vectors.T)
+            if dim == max(WIDTHS):
+                cov = np.cov(fit - mean, rowvar=False)
+                out[f"whitening {p:g} within each prefix"] = (mean, nested_whitening(cov, p))
     head = min(64, dim)
     inner_values, inner = np.linalg.eigh(np.cov(fit[:, :head] - mean[:head], rowvar=False))
     block = np.eye(dim)

@@ -19,6 +19,7 @@ from dimensions import block_name as dimensions_block
 from ivf_width import fixed_and_per_dim, pca_widths
 from methods import parse_args, train_command
 from methods_report import END, START, add_comparisons, doc_note, merge_reports
+from prefix_rotation import nested_whitening
 from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, mrr10, retrieval_scores, verdict
 from rescore_k import render as render_rescore_k
@@ -376,3 +377,21 @@ def test_rescore_k_table_reads_the_teacher_and_marks_the_default(tmp_path: Path)
     assert "binary 10 lists at nprobe 8" in table
     assert "| binary | **20** (default) | 96.50% | 0.60 |" in table
     assert "| binary | 50 | 97.00% | 1.00 |" in table
+
+
+def test_nested_whitening_keeps_prefixes_and_whitens_each_at_full_power() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4000, 8)) @ rng.normal(size=(8, 8))
+    cov = np.cov(x, rowvar=False)
+    widths = (8, 4, 2)
+    mapping = nested_whitening(cov, 1.0, widths)
+    for width in widths:
+        # the first `width` outputs read only the first `width` inputs ...
+        assert not mapping[width:, :width].any()
+        # ... and at p = 1 they are white: unit covariance
+        cut = mapping[:width, :width]
+        np.testing.assert_allclose(cut.T @ cov[:width, :width] @ cut, np.eye(width), atol=1e-8)
+    # below full power the narrowest prefix gets its own symmetric partial whitening
+    half = nested_whitening(cov, 0.5, widths)
+    values, vectors = np.linalg.eigh(cov[:2, :2])
+    np.testing.assert_allclose(half[:2, :2], (vectors * values**-0.25) @ vectors.T, atol=1e-10)
