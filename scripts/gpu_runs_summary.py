@@ -14,7 +14,7 @@ from typing import Any
 
 FLAGS = (
     "dim", "matryoshka", "matryoshka_weights", "congen_teacher_space", "hpd_weight", "lr", "epochs",
-    "n_sentences", "ensemble_teachers", "exclude_text",
+    "n_sentences", "ensemble_teachers", "exclude_text", "temperature", "teacher_temperature",
 )  # fmt: skip
 
 
