@@ -17,12 +17,7 @@ source scripts/gpu_setup.sh
 RUNS=$W/temperature  # gpu_train's runs folder
 mkdir -p "$RUNS/logs"
 
-collect() {
-  (cd "$W" && tar -czf "$RESULT/temperature.tar.gz" --ignore-failed-read temperature/logs \
-    temperature/*/manifest.json temperature/*/training_curve.json \
-    temperature/*.partial/training_curve.json 2>/dev/null)
-  ls -la "$RESULT"
-}
+collect() { gpu_collect temperature; }
 if [ "${1:-}" = collect ]; then
   collect
   exit 0

@@ -21,11 +21,7 @@ source scripts/gpu_setup.sh
 RUNS=$W/widths  # gpu_train's runs folder
 mkdir -p "$RUNS/logs"
 
-collect() {
-  (cd "$W" && tar -czf "$RESULT/widths.tar.gz" --ignore-failed-read widths/logs \
-    widths/*/manifest.json widths/*/training_curve.json widths/*.partial/training_curve.json 2>/dev/null)
-  ls -la "$RESULT"
-}
+collect() { gpu_collect widths; }
 if [ "${1:-}" = collect ]; then
   collect
   exit 0
