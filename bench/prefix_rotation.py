@@ -65,7 +65,8 @@ def candidates(fit: np.ndarray, powers: list[float]) -> dict[str, tuple[np.ndarr
     """name: (mean, map) with the output's row x becoming (x - mean) @ map."""
     dim = fit.shape[1]
     mean = fit.mean(axis=0)
-    values, vectors = np.linalg.eigh(np.cov(fit - mean, rowvar=False))
+    cov = np.cov(fit - mean, rowvar=False)
+    values, vectors = np.linalg.eigh(cov)
     order = np.argsort(values)[::-1]
     values, vectors = values[order], vectors[:, order]
     out = {"identity": (np.zeros(dim), np.eye(dim)), "centred": (mean, np.eye(dim))}
@@ -75,10 +76,9 @@ def candidates(fit: np.ndarray, powers: list[float]) -> dict[str, tuple[np.ndarr
         if p:
             out[f"ZCA whitening {p:g} (distilembed whiten)"] = (mean, scaled @ vectors.T)
             if dim == max(WIDTHS):
-                cov = np.cov(fit - mean, rowvar=False)
                 out[f"whitening {p:g} within each prefix"] = (mean, nested_whitening(cov, p))
     head = min(64, dim)
-    inner_values, inner = np.linalg.eigh(np.cov(fit[:, :head] - mean[:head], rowvar=False))
+    inner_values, inner = np.linalg.eigh(cov[:head, :head])
     block = np.eye(dim)
     block[:head, :head] = inner[:, np.argsort(inner_values)[::-1]]
     out[f"PCA basis inside the first {head} coordinates"] = (mean, block)

@@ -43,3 +43,12 @@ gpu_collect() {  # NAME: pack the logs, manifests and curves of the runs in $W/N
     "$1"/*/training_curve.json "$1"/*.partial/training_curve.json 2>/dev/null)
   ls -la "$RESULT"
 }
+
+gpu_runs() {  # NAME [the job's first argument]: RUNS=$W/NAME with a logs/ folder; `collect` packs it and exits
+  RUNS=$W/$1
+  mkdir -p "$RUNS/logs"
+  if [ "${2:-}" = collect ]; then
+    gpu_collect "$1"
+    exit 0
+  fi
+}

@@ -14,14 +14,7 @@
 # --max-steps 2 --pca-fit corpus --no-train-on-pca-texts" W=/tmp/wdry bash scripts/gpu_temperature_job.sh).
 set -uo pipefail
 source scripts/gpu_setup.sh
-RUNS=$W/temperature  # gpu_train's runs folder
-mkdir -p "$RUNS/logs"
-
-collect() { gpu_collect temperature; }
-if [ "${1:-}" = collect ]; then
-  collect
-  exit 0
-fi
+gpu_runs temperature "$@"  # gpu_train's runs folder; `collect` packs it
 read -r -a EXTRA <<< "${TEMPERATURE_ARGS:-}"  # gpu_train's flags for every run
 
 MRL=(--matryoshka 128,64,32 --matryoshka-weights 1,2,4 --congen-teacher-space full --lr 1e-4)
@@ -40,5 +33,5 @@ gpu_train ens-hpd1-tt07 "${DEFAULT[@]}" --teacher-temperature 0.07 &
 gpu_train ens-hpd1-ts05-tt07 "${DEFAULT[@]}" --temperature 0.05 --teacher-temperature 0.07 &
 wait
 
-collect
+gpu_collect temperature
 touch "$W/DONE"

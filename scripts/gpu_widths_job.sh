@@ -18,14 +18,7 @@
 # --pca-fit corpus --no-train-on-pca-texts" W=/tmp/wdry bash scripts/gpu_widths_job.sh).
 set -uo pipefail
 source scripts/gpu_setup.sh
-RUNS=$W/widths  # gpu_train's runs folder
-mkdir -p "$RUNS/logs"
-
-collect() { gpu_collect widths; }
-if [ "${1:-}" = collect ]; then
-  collect
-  exit 0
-fi
+gpu_runs widths "$@"  # gpu_train's runs folder; `collect` packs it
 read -r -a EXTRA <<< "${WIDTHS_ARGS:-}"  # gpu_train's flags for every run
 
 FULL=(--congen-teacher-space full)  # ConGen's teacher distribution from the teacher's own space
@@ -56,5 +49,5 @@ elif [ "${ROUND:-1}" = 3 ]; then
 fi
 wait
 
-collect
+gpu_collect widths
 touch "$W/DONE"

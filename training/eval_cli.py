@@ -62,11 +62,11 @@ def _encoder(
 ) -> tuple[int | None, int | None, Any, str]:
     """(dimension, parameters, encode function, what runs it) of a bundle (the ONNX runtime, as the
     service encodes) or of a PyTorch model."""
-    from export.runtime import BUNDLE_KIND, Encoder
+    from export.runtime import BUNDLE_KIND, MODEL_FILES, Encoder
 
     folder = Path(model).expanduser()
     if (folder / "manifest.json").is_file() and read_manifest(folder).get("kind") == BUNDLE_KIND:
-        if variant not in ("int8", "fp32"):
+        if variant not in MODEL_FILES:
             raise UserError(f"--variant must be int8 or fp32, not {variant!r}")
         runtime = Encoder(folder, variant=variant, threads=os.cpu_count())
         return runtime.dim, None, partial(runtime.encode, batch_size=batch_size), f"onnx {variant}"
