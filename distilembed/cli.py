@@ -69,7 +69,7 @@ def _click_exception_modules() -> list[Any]:
 
     modules: list[Any] = [click.exceptions]
     try:
-        from typer import _click  # type: ignore[attr-defined]
+        from typer import _click  # type: ignore[attr-defined, unused-ignore]  # absent before typer 0.29
 
         modules.append(_click.exceptions)
     except ImportError:

@@ -9,7 +9,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from distilembed.artifacts import (
     atomic_directory,
@@ -22,6 +22,9 @@ from distilembed.artifacts import (
 from export.onnx_graph import export_onnx
 from export.runtime import BUNDLE_KIND, MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder, cosines
 from export.unfuse import unfuse_skip_layer_norm
+
+if TYPE_CHECKING:
+    from export.onnx_graph import TransformerModule
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +151,7 @@ def build_bundle(
     gate = gate or ParityGate()
     source = resolve_model(str(checkpoint))
     model = load_sentence_encoder(source, device="cpu").eval()
-    transformer = model[0]
+    transformer = cast("TransformerModule", model[0])  # export_onnx checks it is one
     with atomic_directory(out, overwrite=overwrite) as tmp:
         raw = tmp / "model.raw.onnx"
         info = export_onnx(model, raw)

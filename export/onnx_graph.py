@@ -9,13 +9,36 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 from torch import nn
 
 from distilembed.errors import UserError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+
+class TransformerModule(Protocol):
+    """What the export reads of sentence-transformers' ``Transformer`` module, found by its class
+    name (the class moved between 5.x releases): the bundle needs a fast tokenizer and a length."""
+
+    auto_model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerFast
+    max_seq_length: int
+
+
+class DenseModule(Protocol):
+    """sentence-transformers' ``Dense`` (torch types a submodule attribute as Tensor | Module)."""
+
+    linear: nn.Linear
+    activation_function: Callable[[torch.Tensor], torch.Tensor]
+
 
 log = logging.getLogger(__name__)
 OPSET = 17
@@ -55,14 +78,15 @@ class SentenceEmbeddingGraph(nn.Module):
         else:
             mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
             pooled = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-        for layer in self.dense:
+        for module in self.dense:
+            layer = cast("DenseModule", module)
             pooled = layer.activation_function(layer.linear(pooled))
         if self.normalize:
             pooled = torch.nn.functional.normalize(pooled, p=2, dim=-1)
         return pooled
 
 
-def _pooling_mode(pooling: nn.Module) -> str:
+def _pooling_mode(pooling: object) -> str:
     """The pooling mode across sentence-transformers versions (5.7 keeps it in ``pooling_mode``)."""
     mode = getattr(pooling, "pooling_mode", None)
     if mode is None and hasattr(pooling, "get_pooling_mode_str"):
@@ -72,13 +96,13 @@ def _pooling_mode(pooling: nn.Module) -> str:
     return mode
 
 
-def build_graph(model: nn.Module) -> tuple[SentenceEmbeddingGraph, PipelineInfo]:
+def build_graph(model: SentenceTransformer) -> tuple[SentenceEmbeddingGraph, PipelineInfo]:
     """Map a SentenceTransformer's modules onto one exportable module."""
     modules = list(model)
     kinds = [type(m).__name__ for m in modules]
     if not kinds or kinds[0] != "Transformer" or "Pooling" not in kinds:
         raise UserError(f"cannot export pipeline {kinds}: need Transformer, Pooling, [Dense], [Normalize]")
-    transformer, pooling = modules[0], modules[kinds.index("Pooling")]
+    transformer, pooling = cast("TransformerModule", modules[0]), modules[kinds.index("Pooling")]
     mode = _pooling_mode(pooling)
     if mode not in {"mean", "cls"}:
         raise UserError(f"pooling mode {mode!r} is not supported for export (mean or cls)")
@@ -92,7 +116,7 @@ def build_graph(model: nn.Module) -> tuple[SentenceEmbeddingGraph, PipelineInfo]
     else:
         auto_model.config._attn_implementation = "eager"
     graph = SentenceEmbeddingGraph(auto_model, mode, dense, normalize="Normalize" in kinds).eval()
-    dim = dense[-1].linear.out_features if dense else auto_model.config.hidden_size
+    dim = cast("DenseModule", dense[-1]).linear.out_features if dense else auto_model.config.hidden_size
     names = (
         ("input_ids", "attention_mask", "token_type_ids")
         if graph.uses_token_types
@@ -102,7 +126,7 @@ def build_graph(model: nn.Module) -> tuple[SentenceEmbeddingGraph, PipelineInfo]
     return graph, info
 
 
-def export_onnx(model: nn.Module, path: Path) -> PipelineInfo:
+def export_onnx(model: SentenceTransformer, path: Path) -> PipelineInfo:
     """Write the fp32 graph of a SentenceTransformer to ``path``."""
     graph, info = build_graph(model)
     example = model.tokenize(["a short example sentence .", "and a second one , longer than the first ."])

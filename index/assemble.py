@@ -60,7 +60,8 @@ def _store_documents(
 ) -> tuple[list[np.ndarray], set[int]]:
     """Write every document to the store; return each split's int ids (row order) and the ids
     that occur more than once."""
-    ids_per_split, repeated = [], set()
+    ids_per_split: list[np.ndarray] = []
+    repeated: set[int] = set()
     with tqdm(total=plan.lines, desc="store", unit="row", dynamic_ncols=True) as bar:
         for split, docs in iter_split_documents(spec, plan, stats):
             held = _load(work, split).shape[0]

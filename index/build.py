@@ -116,7 +116,7 @@ def _check_resume(work: Path, identity: dict[str, Any]) -> None:
 
 def _index_manifest(
     cfg: BuildConfig,
-    bundle_sha: str,
+    bundle_sha: str | None,
     *,
     dim: int,
     plan: IndexPlan,
@@ -202,7 +202,9 @@ def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> di
         raise UserError(f"--engine must be one of {', '.join(ENGINES)}, not {cfg.engine!r}")
     start = time.perf_counter()
     plan = plan_corpus(spec, cfg.shard_size)  # validates the corpus before a model is loaded
-    bundle = verify_bundle(Path(cfg.bundle), [MODEL_FILES.get(cfg.variant, cfg.variant), TOKENIZER_FILE])
+    # `in` narrows the str to a key of MODEL_FILES (dict.get would want a Variant already)
+    model_file = MODEL_FILES[cfg.variant] if cfg.variant in MODEL_FILES else cfg.variant  # noqa: SIM401
+    bundle = verify_bundle(Path(cfg.bundle), [model_file, TOKENIZER_FILE])
     pq = (cfg.pq_m or default_pq_m(int(bundle["dim"])), cfg.pq_bits)
     check_storage(cfg.storage, int(bundle["dim"]), *pq)
     bundle_sha = bundle_identity(Path(cfg.bundle))

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from distilembed.errors import UserError
 from index.store import Document
@@ -112,7 +112,7 @@ def _known(path: Path) -> bool:
     return True
 
 
-def open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> io.BufferedIOBase:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 

@@ -135,7 +135,8 @@ def match_record(
 def check_static_files(where: str, directory: Path, manifest: dict[str, Any]) -> None:
     """Fast open-time checks of everything but the Faiss file's hash: every recorded file exists
     with its recorded size, the SQLite file looks whole. The Faiss file always has to exist."""
-    files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    recorded = manifest.get("files")
+    files: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     for name in dict.fromkeys([INDEX_FILE, STORE_FILE, *files]):
         path = directory / name
         if not path.is_file():
@@ -332,5 +333,6 @@ def read_index_manifest(
         raise UserError(f"not an index directory (no manifest.json): {directory}")
     manifest = read_manifest(directory)
     if (kind := manifest.get("kind")) not in kinds:
-        raise UserError(f"{directory} is a {kind!r}, not an index{(hints or {}).get(kind, '')}")
+        hint = (hints or {}).get(kind, "") if isinstance(kind, str) else ""
+        raise UserError(f"{directory} is a {kind!r}, not an index{hint}")
     return manifest

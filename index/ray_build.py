@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ from index.corpus import CorpusSpec, CorpusStats
 from index.splits import CorpusPlan, Split, read_split, stage_decompressed
 
 if TYPE_CHECKING:
+    from ray.data.context import DataContext
+
     from index.build import BuildConfig
 
 log = logging.getLogger(__name__)
@@ -103,10 +106,16 @@ def _datasource(spec: CorpusSpec, plan: CorpusPlan, todo: list[Split], staged: d
         def estimate_inmemory_data_size(self) -> int:
             return sum(s.lines for s in todo) * 128
 
-        def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:  # noqa: ARG002 (a task a split)
+        def get_read_tasks(  # a task a split: the limits are not used
+            self,
+            parallelism: int,  # noqa: ARG002
+            per_task_row_limit: int | None = None,  # noqa: ARG002
+            data_context: DataContext | None = None,  # noqa: ARG002
+            **_: Any,
+        ) -> list[ReadTask]:
             return [
                 ReadTask(
-                    lambda i=i, s=s: read(i, s),
+                    partial(read, i, s),
                     BlockMetadata(num_rows=None, size_bytes=s.lines * 128, input_files=None, exec_stats=None),
                 )
                 for i, s in enumerate(todo)

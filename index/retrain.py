@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,11 +28,45 @@ from index.vectors import (
     storage_of,
 )
 
+if TYPE_CHECKING:
+    import threading
+    from pathlib import Path
+
+    import faiss
+
+    from index.replay import Change
+    from index.rescore import Rescorer
+    from index.store import DocumentStore
+
 log = logging.getLogger("index.live")
 
 
 class Retraining:
     """``retrain`` for ``LiveIndex``."""
+
+    # Set by LiveIndex.__init__ (index/live.py); declared here for the type checker.
+    dir: Path
+    dim: int
+    nprobe: int
+    manifest: dict[str, Any]
+    kind: str
+    nlist: int
+    store: DocumentStore
+    index: faiss.Index
+    rescorer: Rescorer | None
+    _lock: threading.RLock
+    _retraining: threading.Lock
+    _pending: int
+
+    if TYPE_CHECKING:  # defined by LiveIndex and its Replaying mixin (index/replay.py)
+
+        @property
+        def ntotal(self) -> int: ...
+        def _require_writable(self) -> None: ...
+        def _write_snapshot(self) -> None: ...
+        def _install(self, index: faiss.Index, rescore_file: Path | None = None) -> dict[str, Any]: ...
+        def _replay(self, index: faiss.Index, rescorer: Rescorer | None) -> list[Change]: ...
+        def _open_rescorer(self, index: faiss.Index) -> Rescorer | None: ...
 
     def _held(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, exact vectors) of the snapshot file: a retrain's training set. Compressed lists

@@ -34,6 +34,10 @@ def shard_of(ext_id: str, count: int) -> int:
     return zlib.crc32(ext_id.encode("utf-8")) % count
 
 
+def _in_shard(number: int, count: int) -> Callable[[str], bool]:
+    return lambda ext_id: shard_of(ext_id, count) == number
+
+
 def shard_name(number: int, count: int) -> str:
     return f"shard-{number:05d}-of-{count:05d}"
 
@@ -54,7 +58,7 @@ def shard_index(source: Path, count: int, out: Path, overwrite: bool = False) ->
                 name = shard_name(number, count)
                 _write_shard(whole, tmp / name, ids[owners == number], vectors[owners == number])
                 kept = DocumentStore(tmp / name / STORE_FILE)
-                kept.copy_documents_from(source / STORE_FILE, lambda ext, n=number: shard_of(ext, count) == n)
+                kept.copy_documents_from(source / STORE_FILE, _in_shard(number, count))
                 kept.close()
                 shard_manifest = with_files(tmp / name, whole.manifest) | {
                     "ntotal": int((owners == number).sum()),
@@ -194,9 +198,12 @@ def open_sharded(
             shard.close(checkpoint=False)
         raise
     first = shards[0].manifest | {"nprobe": shards[0].nprobe}
-    return ShardedIndex(
-        shards, manifest | {"first_shard": first}, lambda: [s.close(checkpoint=False) for s in shards]
-    )
+
+    def close() -> None:
+        for shard in shards:
+            shard.close(checkpoint=False)
+
+    return ShardedIndex(shards, manifest | {"first_shard": first}, close)
 
 
 def open_index(

@@ -164,7 +164,8 @@ def _parquet_rows(spec: CorpusSpec, info: CorpusFile, split: Split, stats: Corpu
     parquet = _parquet_file(Path(info.path))
     names = [c for c in spec.columns if c in parquet.schema_arrow.names]
     start, stop = split.first_line - 1, split.first_line - 1 + split.lines
-    groups, group_start, base = [], 0, 0
+    groups: list[int] = []
+    group_start = base = 0
     for group in range(parquet.metadata.num_row_groups):
         rows = parquet.metadata.row_group(group).num_rows
         if group_start < stop and group_start + rows > start:

@@ -105,6 +105,7 @@ class DocumentStore:
                     cur = self.db.execute(
                         "INSERT INTO docs (ext_id, text, metadata) VALUES (?, ?, ?)", (doc.id, doc.text, meta)
                     )
+                    assert cur.lastrowid is not None  # set by the INSERT
                     existing[doc.id] = int(cur.lastrowid)
                 if vectors is not None:
                     blob = np.ascontiguousarray(vectors[rows[doc.id]], dtype="<f4").tobytes()

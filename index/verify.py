@@ -31,8 +31,8 @@ def verify_index(directory: Path) -> dict[str, Any]:
         shards = [verify_index(directory / name) for name in manifest["shards"]]
         return {"index": str(directory), "sound": True, "shards": shards}
     if manifest.get("kind") == SNAPSHOT_KIND:
-        files = check_snapshot(directory)["files"]
-        return {"snapshot": str(directory), "sound": True, "files": dict.fromkeys(files, "sha256 ok")}
+        checked = check_snapshot(directory)["files"]
+        return {"snapshot": str(directory), "sound": True, "files": dict.fromkeys(checked, "sha256 ok")}
     live = LiveIndex(directory, writable=False)  # sizes, the Faiss file's sha256, quick_check
     try:
         files: dict[str, str] = {}

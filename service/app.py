@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, TypedDict
 
-from fastapi import FastAPI, Security
+from fastapi import FastAPI, Security, params
 from fastapi.middleware.cors import CORSMiddleware
 
 from distilembed.artifacts import tool_versions
@@ -32,6 +33,13 @@ from service.state import IndexLike, ServiceState, bundle_path
 
 log = logging.getLogger("distilembed.service")
 VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "fastapi", "uvicorn")
+
+
+class RouterOptions(TypedDict, total=False):
+    """The ``include_router`` keywords a router's key check adds."""
+
+    dependencies: Sequence[params.Depends]
+    responses: dict[int | str, dict[str, Any]]
 
 
 def load_encoder(settings: Settings) -> EncoderLike:
@@ -163,8 +171,11 @@ def create_app(
     # request, the hot routes should not pay for a check that cannot fail, and the OpenAPI document
     # should not promise a 401 that never comes.
     app.state.keys = keys = KeyRing.from_settings(settings)
-    read = {"dependencies": [Security(require_read)], "responses": errors.documented(401)}
-    write = {"dependencies": [Security(require_write)], "responses": errors.documented(401, 403)}
+    read: RouterOptions = {"dependencies": [Security(require_read)], "responses": errors.documented(401)}
+    write: RouterOptions = {
+        "dependencies": [Security(require_write)],
+        "responses": errors.documented(401, 403),
+    }
     if not keys.enabled:
         read = write = {}
     app.include_router(ops_router)

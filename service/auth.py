@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Annotated, Literal
 
 from fastapi import Request, Security
@@ -82,8 +82,8 @@ def presented(request: Request) -> list[str]:
 
 def check_request(request: Request, access: Access) -> None:
     keys: KeyRing = request.app.state.keys
-    given = presented(request)
-    for key in given or [None]:
+    given: Sequence[str | None] = presented(request) or [None]  # None: no key
+    for key in given:
         keys.check(key, access)
 
 

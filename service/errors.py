@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import Scope
 
 from distilembed.errors import BusyError, UserError
 
@@ -38,7 +39,7 @@ def took_ms(request: Request) -> float:
 
 
 def error_response(
-    request: Request, status: int, message: str, kind: str, headers: dict[str, str] | None = None
+    request: Request, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     body = {"error": message, "type": kind, "took_ms": took_ms(request)}
     return JSONResponse(body, status_code=status, headers=headers)
@@ -83,7 +84,7 @@ def allowed_methods(request: Request) -> str:
     return ", ".join(sorted(methods))
 
 
-def _route_methods(route: Any, scope: dict[str, Any]) -> set[str]:
+def _route_methods(route: Any, scope: Scope) -> set[str]:
     """The methods of a plain route that matches the path, or of the routes of an included router
     (FastAPI >= 0.165 keeps those behind one ``_IncludedRouter`` entry with no ``methods``)."""
     if getattr(route, "methods", None):

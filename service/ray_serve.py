@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from ray import serve
 from ray.exceptions import RayActorError
+from ray.serve.deployment import Deployment
 from ray.serve.exceptions import RayServeException
 from ray.serve.handle import DeploymentHandle
 
@@ -167,7 +168,7 @@ def sharded_over(handles: list[DeploymentHandle], manifest: dict[str, Any]) -> S
 class Api:
     """One API replica: encoder, batcher and a read-only index copy, served by ``create_app``."""
 
-    async def __init__(
+    async def __init__(  # type: ignore[misc]  # Ray Serve awaits an async constructor; mypy wants None
         self,
         settings: Settings,
         writer: DeploymentHandle | None = None,
@@ -236,24 +237,31 @@ def api_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def _as_deployment(decorated: object) -> Deployment:
+    """What ``@serve.deployment`` made of a class (mypy ignores class decorators: it sees the class)."""
+    assert isinstance(decorated, Deployment)
+    return decorated
+
+
 def build_app(settings: Settings) -> serve.Application:
     """The Serve application: ``Api`` replicas and, with an index, the ``IndexWriter`` (or, for a
     sharded index, one ``IndexShard`` deployment per shard)."""
     from index.shards import is_sharded
 
     settings = replica_settings(settings)
-    api = Api.options(**api_options(settings))
+    api = _as_deployment(Api).options(**api_options(settings))
     if settings.index_dir is None:
         return api.bind(settings)
     if is_sharded(settings.index_dir):
         names = read_manifest(settings.index_dir)["shards"]
+        shard = _as_deployment(IndexShard)
         shards = [
-            IndexShard.options(name=f"IndexShard-{number}").bind(settings, settings.index_dir / name)
+            shard.options(name=f"IndexShard-{number}").bind(settings, settings.index_dir / name)
             for number, name in enumerate(names)
         ]
         return api.bind(settings, None, shards)
-    writer = IndexWriter.options(graceful_shutdown_timeout_s=settings.shutdown_timeout_s).bind(settings)
-    return api.bind(settings, writer)
+    writer = _as_deployment(IndexWriter).options(graceful_shutdown_timeout_s=settings.shutdown_timeout_s)
+    return api.bind(settings, writer.bind(settings))
 
 
 def app_builder(args: dict[str, Any]) -> serve.Application:

@@ -24,11 +24,21 @@ if TYPE_CHECKING:
 class IndexLike(Protocol):
     """The interface of ``index.live.LiveIndex`` that the service uses."""
 
-    dim: int
-    nprobe: int
-    kind: str
-    nlist: int
-    manifest: dict[str, Any]
+    # Read-only here: the service never sets them (a replica's or a sharded index's are properties).
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def nprobe(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def nlist(self) -> int: ...
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
 
     @property
     def ntotal(self) -> int: ...
