@@ -109,6 +109,10 @@ def build_graph(model: SentenceTransformer) -> tuple[SentenceEmbeddingGraph, Pip
     extra = [k for k in kinds[2:] if k not in {"Dense", "Normalize"}]
     if extra:
         raise UserError(f"cannot export modules {extra} after pooling")
+    if getattr(transformer.tokenizer, "backend_tokenizer", None) is None:
+        raise UserError("cannot export a model without a fast tokenizer (the bundle stores tokenizer.json)")
+    if not transformer.max_seq_length:
+        raise UserError("cannot export a model without max_seq_length: set it on the Transformer module")
     dense = [m for m in modules if type(m).__name__ == "Dense"]
     auto_model = transformer.auto_model
     if hasattr(auto_model, "set_attn_implementation"):

@@ -44,3 +44,12 @@ def test_unsupported_pipeline_is_refused(tiny_teacher, tmp_path) -> None:
     model[1].pooling_mode = "max"
     with pytest.raises(UserError, match="not supported"):
         export_onnx(model, tmp_path / "m.onnx")
+
+
+def test_model_without_a_length_is_refused(tiny_teacher, tmp_path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tiny_teacher))
+    model[0].max_seq_length = None
+    with pytest.raises(UserError, match="max_seq_length"):
+        export_onnx(model, tmp_path / "m.onnx")
