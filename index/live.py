@@ -43,7 +43,8 @@ from index.integrity import (
     writer_lock,
     writer_lock_held,
 )
-from index.replay import Change, Replaying
+from index.live_state import Change
+from index.replay import Replaying
 from index.rescore import DEFAULT_RESCORE_K
 from index.retrain import Retraining
 from index.store import Document

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
@@ -15,37 +15,13 @@ from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError, first_line
 from index import integrity
 from index.integrity import INDEX_FILE, RESCORE_FILE
+from index.live_state import Change, LiveState, Snapshot
 from index.rescore import Rescorer
 from index.vectors import RESCORED, add, describe, load_index, remove, storage_of
 
-if TYPE_CHECKING:
-    import threading
 
-    from index.store import DocumentStore
-
-Change = tuple[int, int, bytes | None]  # a change-log row: seq, int id, float32 vector (None: delete)
-Snapshot = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_size of the snapshot file
-
-
-class Replaying:
+class Replaying(LiveState):
     """The consistent load and ``refresh`` for ``LiveIndex``."""
-
-    # Set by LiveIndex.__init__ (index/live.py); declared here for the type checker.
-    dir: Path
-    dim: int
-    nprobe: int
-    rescore_k: int
-    manifest: dict[str, Any]
-    kind: str
-    nlist: int
-    store: DocumentStore
-    index: faiss.Index
-    rescorer: Rescorer | None
-    _lock: threading.RLock
-    _refreshing: threading.Lock
-    _checked: integrity.Checked | None
-    _snapshot: Snapshot
-    _applied: int
 
     if TYPE_CHECKING:  # defined by LiveIndex
 

@@ -14,6 +14,7 @@ from distilembed.artifacts import atomic_write_json, now_iso
 from distilembed.errors import BusyError
 from index import integrity
 from index.integrity import INDEX_FILE, RESCORE_FILE, STAGED_RESCORE
+from index.live_state import Change, LiveState
 from index.rescore import exact_vectors, write_rows
 from index.vectors import (
     FLAT_BELOW,
@@ -29,34 +30,17 @@ from index.vectors import (
 )
 
 if TYPE_CHECKING:
-    import threading
     from pathlib import Path
 
     import faiss
 
-    from index.replay import Change
     from index.rescore import Rescorer
-    from index.store import DocumentStore
 
 log = logging.getLogger("index.live")
 
 
-class Retraining:
+class Retraining(LiveState):
     """``retrain`` for ``LiveIndex``."""
-
-    # Set by LiveIndex.__init__ (index/live.py); declared here for the type checker.
-    dir: Path
-    dim: int
-    nprobe: int
-    manifest: dict[str, Any]
-    kind: str
-    nlist: int
-    store: DocumentStore
-    index: faiss.Index
-    rescorer: Rescorer | None
-    _lock: threading.RLock
-    _retraining: threading.Lock
-    _pending: int
 
     if TYPE_CHECKING:  # defined by LiveIndex and its Replaying mixin (index/replay.py)
 
