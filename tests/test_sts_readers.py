@@ -17,6 +17,7 @@ from training.data.sts import (
     read_senteval_sts,
     read_sick,
     read_stsb,
+    read_stsb_by_genre,
 )
 
 PROCESSED = [
@@ -229,3 +230,13 @@ def test_load_stsb_split_from_file_folder_or_parent(tmp_path):
         load_stsb_split(tmp_path, "validation")
     with pytest.raises(UserError, match="not found"):
         load_stsb_split(tmp_path / "nowhere", "dev")
+
+
+def test_read_stsb_by_genre_splits_read_stsb_by_column_one(tmp_path):
+    lines = [ORIGINAL[1], PROCESSED[0], "too\tfew", PROCESSED[1], PROCESSED[0]]
+    path = write(tmp_path / "sts-test.csv", lines)
+    genres = read_stsb_by_genre(path)
+    assert list(genres) == ["main-forum", "main-captions", "main-news"]  # first appearance
+    assert [len(pairs) for pairs in genres.values()] == [1, 2, 1]
+    assert genres["main-captions"] == [read_stsb(path)[1], read_stsb(path)[3]]
+    assert [p.score for p in read_stsb(path)] == [1.2, 2.5, 4.0, 2.5]  # read_stsb keeps file order

@@ -80,11 +80,11 @@ def _nonempty(pairs: list[STSPair], path: Path) -> list[STSPair]:
     return pairs
 
 
-def read_stsb(path: str | Path) -> list[STSPair]:
-    """STS Benchmark csv, SentEval-processed or original release (extra trailing columns ignored)."""
+def _stsb_rows(path: str | Path) -> list[tuple[str, STSPair]]:
+    """(genre, pair) per usable line of an STS Benchmark csv, in file order."""
     path = Path(path)
     skips = _Skips(path)
-    pairs: list[STSPair] = []
+    rows: list[tuple[str, STSPair]] = []
     for lineno, line in _lines(path):
         if not line.strip():
             continue
@@ -96,9 +96,24 @@ def read_stsb(path: str | Path) -> list[STSPair]:
         if score is None:
             skips.skip(lineno, f"bad score {fields[4]!r}")
             continue
-        pairs.append(STSPair(fields[5].strip(), fields[6].strip(), score))
+        rows.append((fields[0].strip(), STSPair(fields[5].strip(), fields[6].strip(), score)))
     skips.summary()
-    return _nonempty(pairs, path)
+    _nonempty([pair for _, pair in rows], path)
+    return rows
+
+
+def read_stsb(path: str | Path) -> list[STSPair]:
+    """STS Benchmark csv, SentEval-processed or original release (extra trailing columns ignored)."""
+    return [pair for _, pair in _stsb_rows(path)]
+
+
+def read_stsb_by_genre(path: str | Path) -> dict[str, list[STSPair]]:
+    """:func:`read_stsb`'s pairs split by the genre column (main-captions, main-news, main-forums),
+    genres in order of first appearance, pairs in file order."""
+    genres: dict[str, list[STSPair]] = {}
+    for genre, pair in _stsb_rows(path):
+        genres.setdefault(genre, []).append(pair)
+    return genres
 
 
 def _read_senteval_subset(directory: Path, subset: str) -> list[STSPair]:
