@@ -58,10 +58,7 @@ def alone_vs_batched(encoder: Encoder, texts: list[str]) -> np.ndarray:
 def calibration_batches(encoder: Encoder, texts: list[str]) -> Iterator[dict[str, np.ndarray]]:
     """The feeds `Encoder` would run on ``texts``, batch by batch."""
     for batch in encoder._batches(encoder.tokenize(texts), encoder.batch_size):
-        feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-        if "token_type_ids" in encoder.input_names:
-            feeds["token_type_ids"] = np.zeros_like(batch.input_ids)
-        yield {name: value for name, value in feeds.items() if name in encoder.input_names}
+        yield encoder.feeds(batch)
 
 
 def static_int8(bundle: Path, out: Path, calibration: list[str], reference: Encoder) -> None:

@@ -55,7 +55,13 @@ from results_doc import add_doc_args, markdown_table, publish, publish_saved, ru
 
 from training.data.pairs import NLIPair, Pair, read_quora_pairs, read_senteval_snli  # noqa: E402
 from training.data.sts import STSPair, distinct_sentences, read_stsb_by_genre  # noqa: E402
-from training.evaluation import EncodeFn, evaluate_sts, pair_cosines, spearman_x100  # noqa: E402
+from training.evaluation import (  # noqa: E402
+    EncodeFn,
+    evaluate_sts,
+    pair_cosines,
+    spearman_x100,
+    vector_lookup,
+)
 
 BLOCK = "transfer"
 GRADES = {"entailment": 2.0, "neutral": 1.0, "contradiction": 0.0}
@@ -134,8 +140,7 @@ def load_sets(data_root: str, limit: int | None = None) -> Sets:
 def lookup(embed: Embed, pairs: Sequence[STSPair], name: str) -> EncodeFn:
     """An encode function over the vectors of ``pairs``' distinct sentences, embedded once."""
     sentences = distinct_sentences(pairs)
-    rows = dict(zip(sentences, np.asarray(embed(sentences, name), dtype=np.float32), strict=True))
-    return lambda texts: np.stack([rows[text] for text in texts])
+    return vector_lookup(sentences, embed(sentences, name))
 
 
 def score(embed: Embed, sets: Sets) -> dict[str, Any]:

@@ -163,11 +163,15 @@ class Encoder:
             out.append(Batch(input_ids, mask, idx))
         return out
 
-    def run(self, batch: Batch) -> np.ndarray:
+    def feeds(self, batch: Batch) -> dict[str, np.ndarray]:
+        """The graph's inputs for one batch."""
         feeds = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(batch.input_ids)
-        return self.session.run(None, {k: v for k, v in feeds.items() if k in self.input_names})[0]
+        return {k: v for k, v in feeds.items() if k in self.input_names}
+
+    def run(self, batch: Batch) -> np.ndarray:
+        return self.session.run(None, self.feeds(batch))[0]
 
     def encode_ids(
         self, ids: list[list[int]], batch_size: int | None = None, progress: str | None = None

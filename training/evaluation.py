@@ -87,11 +87,16 @@ def evaluate_pairs(encode: EncodeFn, pairs: Sequence[STSPair]) -> float:
     return spearman_x100(pair_cosines(encode, pairs), [p.score for p in pairs])
 
 
+def vector_lookup(sentences: Sequence[str], vectors: np.ndarray) -> EncodeFn:
+    """An encode function over precomputed ``vectors`` (row i is ``sentences[i]``'s)."""
+    rows = dict(zip(sentences, np.asarray(vectors, dtype=np.float32), strict=True))
+    return lambda texts: np.stack([rows[text] for text in texts])
+
+
 def evaluate_vectors(sentences: Sequence[str], vectors: np.ndarray, pairs: Sequence[STSPair]) -> float:
     """``evaluate_pairs`` with every pair's sentences looked up among precomputed ``vectors``
     (row i is ``sentences[i]``'s)."""
-    lookup = dict(zip(sentences, np.asarray(vectors, dtype=np.float32), strict=True))
-    return evaluate_pairs(lambda texts: np.stack([lookup[text] for text in texts]), pairs)
+    return evaluate_pairs(vector_lookup(sentences, vectors), pairs)
 
 
 def evaluate_sts(
