@@ -53,6 +53,18 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def nli_data(tiny_data):
+    """The tiny data root plus a SimCSE-style triplet csv under nli/."""
+    anchors, positives, negatives = tiny_sentences(40, 21), tiny_sentences(40, 22), tiny_sentences(40, 23)
+    rows = ["sent0,sent1,hard_neg"] + [
+        f"{a},{p},{n}" for a, p, n in zip(anchors, positives, negatives, strict=True)
+    ]
+    (tiny_data / "nli").mkdir(exist_ok=True)
+    (tiny_data / "nli" / "triplets.csv").write_text("\n".join(rows) + "\n")
+    return tiny_data
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not (SHARED_DATA / "sts" / "stsbenchmark" / "sts-test.csv").is_file():
         pytest.skip("shared data not available")

@@ -12,18 +12,6 @@ from training.config import METHODS, TWO_STAGE, make_config
 from training.pipeline import run_training
 
 
-@pytest.fixture(scope="module")
-def nli_data(tiny_data):
-    """The tiny data root plus a SimCSE-style triplet csv under nli/."""
-    anchors, positives, negatives = tiny_sentences(40, 21), tiny_sentences(40, 22), tiny_sentences(40, 23)
-    rows = ["sent0,sent1,hard_neg"] + [
-        f"{a},{p},{n}" for a, p, n in zip(anchors, positives, negatives, strict=True)
-    ]
-    (tiny_data / "nli").mkdir(exist_ok=True)
-    (tiny_data / "nli" / "triplets.csv").write_text("\n".join(rows) + "\n")
-    return tiny_data
-
-
 def _cfg(tiny_teacher, tiny_bert, method, **kw):
     base = {
         "method": method,

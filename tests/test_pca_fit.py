@@ -10,7 +10,7 @@ import pytest
 
 from distilembed.errors import UserError
 from training.config import TrainConfig
-from training.pipeline import _prepare_dirs
+from training.pipeline import prepare_dirs
 from training.training_text import pca_fit_texts
 
 STSB = [
@@ -47,6 +47,6 @@ def test_resume_accepts_a_config_saved_before_new_fields(tmp_path: Path) -> None
     old = asdict(cfg)
     del old["pca_fit"], old["train_on_pca_texts"]  # a run started before these fields existed
     (work / "config.json").write_text(json.dumps(old))
-    assert _prepare_dirs(cfg, out, resume=True, overwrite=False) == work
+    assert prepare_dirs(cfg, out, resume=True, overwrite=False) == work
     with pytest.raises(UserError, match="different configuration"):
-        _prepare_dirs(replace(cfg, pca_fit="x.csv"), out, resume=True, overwrite=False)
+        prepare_dirs(replace(cfg, pca_fit="x.csv"), out, resume=True, overwrite=False)

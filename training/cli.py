@@ -1,4 +1,4 @@
-"""Training-stage subcommands: ``train``, ``eval``, ``targets``, ``average`` and ``whiten``.
+"""Training-stage subcommands: ``train``, ``eval``, ``targets``, ``average``, ``whiten`` and ``finetune``.
 
 Heavy imports happen inside commands."""
 
@@ -287,6 +287,51 @@ def whiten_command(
     )
 
 
+def finetune_command(
+    model: Annotated[Path, typer.Argument(help="Finished checkpoint to fine-tune.")],
+    out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
+    data: Annotated[
+        str, Opt(help="NLI triplets: csv sent0,sent1,hard_neg, a SentEval SNLI dir or hf:<dataset id>.")
+    ] = "nli/snli_devtest_triplets.csv",
+    loss: Annotated[str, Opt(help="simcse (DistilCSE eq. 7) | ibkd (eq. 9: plus HSIC).")] = "simcse",
+    epochs: Annotated[float, Opt(help="Passes over the triplets.")] = 1.0,
+    lr: Annotated[float, Opt(help="Peak learning rate (linear warmup and decay).")] = 1e-5,
+    batch_size: Annotated[int, Opt(help="Triplets per step.")] = 64,
+    max_steps: Annotated[int | None, Opt(help="Step cap.")] = None,
+    eval_every: Annotated[int, Opt(help="Steps between STS-B dev evaluations (and snapshots).")] = 10,
+    temperature: Annotated[float, Opt(help="Contrastive temperature.")] = 0.05,
+    seed: Annotated[int, Opt(help="Shuffling seed (the stage adds 1, as in train).")] = 42,
+    device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
+    sts_dir: Annotated[str, Opt(help="STS data (default: <data-dir>/sts).")] = "sts",
+    data_dir: DataDir = None,
+    resume: Annotated[bool, Opt(help="Continue an interrupted run from its last snapshot.")] = False,
+    overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
+) -> None:
+    """Fine-tune a finished student on NLI triplets (the two-stage methods' stage 2), STS-B dev selects."""
+    from training.finetune import finetune_checkpoint
+
+    overrides = {
+        "finetune_data": data,
+        "finetune_epochs": epochs,
+        "finetune_lr": lr,
+        "finetune_batch_size": batch_size,
+        "finetune_max_steps": max_steps,
+        "finetune_eval_every": eval_every,
+        "finetune_temperature": temperature,
+        "seed": seed,
+        "device": device,
+        "sts_dir": sts_dir,
+    }
+    manifest = finetune_checkpoint(
+        model, out, overrides, loss=loss, data_dir=data_dir, resume=resume, overwrite=overwrite
+    )
+    info = manifest["finetune"]
+    typer.echo(
+        f"{out}: STS-B dev {info['source_dev_spearman']} -> {info['best_dev_spearman']} "
+        f"(step {info['best_step']} of {info['steps']}); scores {manifest['scores']}"
+    )
+
+
 def register(app: typer.Typer) -> None:
     from training.eval_cli import eval_command
 
@@ -295,3 +340,4 @@ def register(app: typer.Typer) -> None:
     app.command("targets")(targets_command)
     app.command("average")(average_command)
     app.command("whiten")(whiten_command)
+    app.command("finetune")(finetune_command)

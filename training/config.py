@@ -150,7 +150,14 @@ class TrainConfig:
         for name in ("queue_size", "finetune_batch_size", "finetune_eval_every"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
-        for name in ("temperature", "teacher_temperature", "sentence_weight", "finetune_lr", "lr"):
+        for name in (
+            "temperature",
+            "teacher_temperature",
+            "sentence_weight",
+            "finetune_lr",
+            "finetune_temperature",
+            "lr",
+        ):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise UserError(f"--{name.replace('_', '-')} must be positive")

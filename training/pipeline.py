@@ -72,7 +72,7 @@ def _check_models(cfg: TrainConfig) -> None:
         require_checkpoint(cfg.init_from)
 
 
-def _prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Path:
+def prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Path:
     workdir = out.with_name(out.name + ".partial")
     if out.exists() and not overwrite:
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
@@ -156,7 +156,7 @@ def _snapshot_dir(cfg: TrainConfig, out: Path, resume: bool) -> Path | None:
     return snapshots
 
 
-def _run_stages(
+def run_stages(
     stages: list[Stage],
     student: Any,
     *,
@@ -193,7 +193,7 @@ def _run_stages(
     return done
 
 
-def _stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
+def stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
     return {
         "name": stage.name,
         "steps": state.step,
@@ -207,7 +207,7 @@ def _stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
     }
 
 
-def _dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
+def dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
     """The selection score: STS-B dev; for a Matryoshka student its mean over the trained widths."""
 
     def dev_score(model: Any) -> float:
@@ -219,7 +219,7 @@ def _dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
     return dev_score
 
 
-def _final_scores(
+def final_scores(
     best_dir: Path, device: str, sts_dir: Path, widths: Widths
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The best student, its STS scores at full width, and the Matryoshka report (the trained
@@ -251,7 +251,7 @@ def run_training(
     corpus_path = resolve_data_path(cfg.corpus, data_dir)
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     _check_models(cfg)
-    workdir = _prepare_dirs(cfg, out, resume, overwrite)
+    workdir = prepare_dirs(cfg, out, resume, overwrite)
     torch.manual_seed(cfg.seed)
 
     with clock.stage("data"):
@@ -298,18 +298,18 @@ def run_training(
         stages = method_stages(inputs)
 
     widths = cfg.widths()
-    done = _run_stages(
+    done = run_stages(
         stages,
         student,
         workdir=workdir,
-        dev_score=_dev_scorer(dev_pairs, widths),
+        dev_score=dev_scorer(dev_pairs, widths),
         clock=clock,
         resume=resume,
         snapshot_dir=_snapshot_dir(cfg, out, resume),
     )
     _, trainer, state = done[-1]
     with clock.stage("evaluate"):
-        best, sts, matryoshka = _final_scores(trainer.best_dir, device, sts_dir, widths)
+        best, sts, matryoshka = final_scores(trainer.best_dir, device, sts_dir, widths)
     manifest = {
         "method": cfg.method,
         "config": asdict(cfg),
@@ -354,7 +354,7 @@ def run_training(
             "device": device,
             "best_dev_spearman": round(state.best_dev, 2),
         },
-        "stages": [_stage_report(stage, st) for stage, _, st in done],
+        "stages": [stage_report(stage, st) for stage, _, st in done],
         "matryoshka": matryoshka,
         "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
         "sts_subsets": sts["subsets"],

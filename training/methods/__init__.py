@@ -68,7 +68,9 @@ def method_stages(inp: MethodInputs) -> list[Stage]:
     from training.methods.finetune import nli_finetune_stage
 
     if method == "ibkd":
-        return [ibkd_stage(inp), nli_finetune_stage(inp, with_hsic=True)]
-    if method in {"distilcse-kd", "distilcse-ckd"}:
-        return [distilcse_stage(inp, contrastive=method == "distilcse-ckd"), nli_finetune_stage(inp, False)]
-    raise ValueError(f"no stages for method {method!r}")  # config validation rules this out
+        first = ibkd_stage(inp)
+    elif method in {"distilcse-kd", "distilcse-ckd"}:
+        first = distilcse_stage(inp, contrastive=method == "distilcse-ckd")
+    else:
+        raise ValueError(f"no stages for method {method!r}")  # config validation rules this out
+    return [first, nli_finetune_stage(inp.cfg, inp.student, inp.data_dir, with_hsic=method == "ibkd")]

@@ -16,26 +16,29 @@ Deviation: one hard negative per anchor (the triplet file has one); IBKD used 8 
 from __future__ import annotations
 
 import torch
+from sentence_transformers import SentenceTransformer
 
 from distilembed.errors import UserError
+from training.config import TrainConfig
 from training.data.pairs import Triplet, load_triplets
 from training.losses.distilcse import ContrastiveFinetuneLoss
 from training.losses.ibkd import IBKDFinetuneLoss, input_representation
 from training.losses.matryoshka import matryoshka_loss, prefix
-from training.methods.base import MethodInputs, Stage, encode_features, finetune_loop, text_lengths
+from training.methods.base import Stage, encode_features, finetune_loop, text_lengths
 
 
-def load_finetune_triplets(inp: MethodInputs) -> list[Triplet]:
-    triplets = load_triplets(inp.cfg.finetune_data, inp.data_dir)
+def load_finetune_triplets(source: str, data_dir: str | None) -> list[Triplet]:
+    triplets = load_triplets(source, data_dir)
     if not triplets:
-        raise UserError(f"no triplets in --finetune-data {inp.cfg.finetune_data}")
+        raise UserError(f"no triplets in --finetune-data {source}")
     return triplets
 
 
-def nli_finetune_stage(inp: MethodInputs, with_hsic: bool) -> Stage:
+def nli_finetune_stage(
+    cfg: TrainConfig, student: SentenceTransformer, data_dir: str | None, with_hsic: bool
+) -> Stage:
     """Eq. 7 (DistilCSE) or eq. 9 (IBKD, ``with_hsic``) over batches of triplets."""
-    cfg, student = inp.cfg, inp.student
-    triplets = load_finetune_triplets(inp)
+    triplets = load_finetune_triplets(cfg.finetune_data, data_dir)
     tau = cfg.finetune_temperature
     ibkd = IBKDFinetuneLoss(tau=tau)
     simcse = ContrastiveFinetuneLoss(tau=tau)

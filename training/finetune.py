@@ -1,0 +1,119 @@
+"""``distilembed finetune``: the supervised second stage of IBKD and DistilCSE, applied to any
+finished checkpoint.
+
+The two-stage methods end with supervised contrastive fine-tuning on NLI triplets (anchor,
+entailment as positive, contradiction as hard negative; :mod:`training.methods.finetune`). This
+runs that stage alone on a checkpoint that one-stage methods (ConGen, HPD) wrote, so a distilled
+student takes the same supervised signal without training its first stage again. The student
+keeps its widths: a Matryoshka student is fine-tuned at each trained width with its weights.
+
+Selection is STS-B dev, step 0 included, so the result never scores below its source on dev.
+The run is resumable (``--resume``) and the output is an ordinary checkpoint whose manifest keeps
+the source's provenance plus a ``finetune`` record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Any
+
+from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
+from distilembed.errors import UserError
+from distilembed.paths import resolve_data_path
+from training.checkpoint import write_checkpoint
+from training.config import TrainConfig
+from training.data.sts import load_stsb_split
+from training.pipeline import StageClock, dev_scorer, final_scores, prepare_dirs, run_stages, stage_report
+from training.trainer import remove_workdir, resolve_device
+
+FINETUNE_FIELDS = (
+    "finetune_data",
+    "finetune_epochs",
+    "finetune_lr",
+    "finetune_batch_size",
+    "finetune_max_steps",
+    "finetune_eval_every",
+    "finetune_temperature",
+    "seed",
+    "device",
+    "sts_dir",
+)
+LOSSES = ("simcse", "ibkd")
+
+
+def source_config(source: Path, manifest: dict[str, Any]) -> TrainConfig:
+    """The source's training configuration (its widths and width), fields unknown here dropped."""
+    saved = manifest.get("config")
+    if not isinstance(saved, dict):
+        raise UserError(
+            f"{source} has no training configuration in its manifest; finetune needs a "
+            "checkpoint written by `distilembed train`, `whiten` or `average`"
+        )
+    known = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in saved.items() if k in known})
+
+
+def start_dev(curve: list[dict[str, float]]) -> float | None:
+    """The source's STS-B dev: the score the stage's loop takes at step 0."""
+    scores = [p["dev_spearman"] for p in curve if p["step"] == 0 and "dev_spearman" in p]
+    return round(scores[0], 2) if scores else None
+
+
+def finetune_checkpoint(
+    source: Path,
+    out: Path,
+    overrides: dict[str, Any],
+    *,
+    loss: str = "simcse",
+    data_dir: str | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Fine-tune ``source`` on NLI triplets into ``out``; ``overrides`` sets ``TrainConfig``'s
+    ``finetune_*`` fields (and seed, device, sts_dir). Returns the written manifest."""
+    from sentence_transformers import SentenceTransformer
+
+    from training.methods.finetune import nli_finetune_stage
+
+    if loss not in LOSSES:
+        raise UserError(f"unknown --loss {loss!r} (known: {', '.join(LOSSES)})")
+    unknown = set(overrides) - set(FINETUNE_FIELDS)
+    if unknown:
+        raise ValueError(f"not fine-tuning settings: {sorted(unknown)}")
+    require_checkpoint(source)
+    first = read_manifest(source) if (source / "manifest.json").is_file() else {}
+    cfg = replace(source_config(source, first), **overrides).validate()
+    sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
+    workdir = prepare_dirs(cfg, out, resume, overwrite)
+    clock, device, widths = StageClock(), resolve_device(cfg.device), cfg.widths()
+    with clock.stage("data"):
+        student = SentenceTransformer(str(source), device=device)
+        stage = nli_finetune_stage(cfg, student, data_dir, with_hsic=loss == "ibkd")
+        dev_pairs = load_stsb_split(sts_dir, "dev")
+    done = run_stages(
+        [stage], student, workdir=workdir, dev_score=dev_scorer(dev_pairs, widths), clock=clock, resume=resume
+    )
+    _, trainer, state = done[0]
+    with clock.stage("evaluate"):
+        _, sts, matryoshka = final_scores(trainer.best_dir, device, sts_dir, widths)
+    report = stage_report(stage, state)
+    manifest = {
+        **{key: first.get(key) for key in ("teacher", "student", "data", "training")},
+        "method": first.get("method", "unknown"),
+        "config": asdict(cfg),
+        "stages": [*(first.get("stages") or []), report],
+        "finetune": {
+            "source": {"path": str(source), "files": sha256_tree(source)},
+            "source_dev_spearman": start_dev(state.curve),
+            **report,
+        },
+        "matryoshka": matryoshka if widths.nested else first.get("matryoshka"),
+        "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
+        "sts_subsets": sts["subsets"],
+        "seconds": {**(first.get("seconds") or {}), **{f"finetune_{k}": v for k, v in clock.seconds.items()}},
+    }
+    curve = [{**point, "stage": stage.name} for point in state.curve]
+    write_checkpoint(trainer.best_dir, out, manifest, curve, overwrite=overwrite)
+    remove_workdir(workdir)
+    return read_manifest(out)
