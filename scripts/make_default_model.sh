@@ -35,6 +35,12 @@ if "whiten" in train:  # distilembed whiten: a partial whitening folded into the
     provenance["whiten"] = {k: white[k] for k in ("power", "corpus", "sentences", "texts_sha256", "candidates")}
     provenance["whiten"]["source_checkpoint"] = white["source"]["path"]
     provenance["made_by"].append(f"distilembed whiten {white['source']['path']} --out {ckpt}")
+if "finetune" in train:  # distilembed finetune: supervised NLI fine-tuning of the checkpoint above
+    tune = train["finetune"]
+    keep = ("data", "triplets", "loss", "tau", "lr", "batch_size", "steps", "best_step", "best_dev_spearman")
+    provenance["finetune"] = {k: tune[k] for k in keep if k in tune}
+    provenance["finetune"]["source_checkpoint"] = tune["source"]["path"]
+    provenance["made_by"].append(f"distilembed finetune {tune['source']['path']} --out {ckpt} (flags: finetune_* in train_config)")
 provenance["made_by"].append(
     f"bash scripts/make_default_model.sh {ckpt}  (runs distilembed export --model {ckpt} --out {bundle})"
 )

@@ -131,3 +131,14 @@ def test_cli_names_a_bundle_in_one_line(tiny_bundle: Path, tmp_path: Path, run_c
     result = run_cli("finetune", str(tiny_bundle), "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and "needs a training checkpoint" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_whitened_source_keeps_its_whitening_record(source: Path, nli_data: Path, tmp_path: Path) -> None:
+    from tests.tiny_models import tiny_sentences
+    from training.whitening import whiten_checkpoint
+
+    white = tmp_path / "white"
+    whiten_checkpoint(source, white, tiny_sentences(60, seed=3), [0.5], corpus="tiny")
+    manifest = finetune_checkpoint(white, tmp_path / "nli", SETTINGS, data_dir=str(nli_data))
+    assert manifest["whiten"]["power"] == 0.5
+    assert manifest["finetune"]["source"]["path"] == str(white)

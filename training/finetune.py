@@ -99,7 +99,7 @@ def finetune_checkpoint(
         _, sts, matryoshka = final_scores(trainer.best_dir, device, sts_dir, widths)
     report = stage_report(stage, state)
     manifest = {
-        **{key: first.get(key) for key in ("teacher", "student", "data", "training")},
+        **{key: first[key] for key in ("teacher", "student", "data", "training", "whiten") if key in first},
         "method": first.get("method", "unknown"),
         "config": asdict(cfg),
         "stages": [*(first.get("stages") or []), report],
