@@ -60,7 +60,7 @@ def test_finetune_writes_a_checkpoint_with_the_sources_provenance(
     info = manifest["finetune"]
     assert info["source"]["files"] == first["files"]  # the source as it was, by hash
     assert info["steps"] == 4 and info["best_step"] in {0, 2, 4} and info["loss"] == "simcse-eq7"
-    assert info["triplets"] == 40 and info["lr"] == pytest.approx(1e-3)
+    assert info["triplets"] == 40 and info["triplets_excluded"] == 0 and info["lr"] == pytest.approx(1e-3)
     # Step 0 is a candidate, so the result never scores below its source on dev.
     assert info["best_dev_spearman"] >= info["source_dev_spearman"]
     assert [s["name"] for s in manifest["stages"]] == ["train", "finetune"]
@@ -142,3 +142,18 @@ def test_a_whitened_source_keeps_its_whitening_record(source: Path, nli_data: Pa
     manifest = finetune_checkpoint(white, tmp_path / "nli", SETTINGS, data_dir=str(nli_data))
     assert manifest["whiten"]["power"] == 0.5
     assert manifest["finetune"]["source"]["path"] == str(white)
+
+
+def test_triplets_with_excluded_text_are_dropped_besides_the_sources_exclusions(
+    source: Path, nli_data: Path, tmp_path: Path
+) -> None:
+    from training.data.pairs import load_triplets
+
+    triplets = load_triplets("nli/triplets.csv", str(nli_data))
+    held_out = tmp_path / "held_out.txt"
+    held_out.write_text("\n".join(t.anchor.upper() for t in triplets[:3]) + "\n")  # matched as normalised
+    settings = {**SETTINGS, "exclude_text": [str(held_out)]}
+    manifest = finetune_checkpoint(source, tmp_path / "nli", settings, data_dir=str(nli_data))
+    first = json.loads((source / "manifest.json").read_text())
+    assert manifest["config"]["exclude_text"] == [*first["config"]["exclude_text"], str(held_out)]
+    assert manifest["finetune"]["triplets_excluded"] == 3 and manifest["finetune"]["triplets"] == 37

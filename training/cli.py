@@ -294,6 +294,10 @@ def finetune_command(
         str, Opt(help="NLI triplets: csv sent0,sent1,hard_neg, a SentEval SNLI dir or hf:<dataset id>.")
     ] = "nli/snli_devtest_triplets.csv",
     loss: Annotated[str, Opt(help="simcse (DistilCSE eq. 7) | ibkd (eq. 9: plus HSIC).")] = "simcse",
+    exclude_text: Annotated[
+        list[str] | None,
+        Opt(help="Drop every triplet with a sentence of this source, besides the source run's (repeatable)."),
+    ] = None,
     epochs: Annotated[float, Opt(help="Passes over the triplets.")] = 1.0,
     lr: Annotated[float, Opt(help="Peak learning rate (linear warmup and decay).")] = 1e-5,
     batch_size: Annotated[int, Opt(help="Triplets per step.")] = 64,
@@ -321,6 +325,7 @@ def finetune_command(
         "seed": seed,
         "device": device,
         "sts_dir": sts_dir,
+        "exclude_text": exclude_text or [],
     }
     manifest = finetune_checkpoint(
         model, out, overrides, loss=loss, data_dir=data_dir, resume=resume, overwrite=overwrite

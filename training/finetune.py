@@ -38,6 +38,7 @@ FINETUNE_FIELDS = (
     "seed",
     "device",
     "sts_dir",
+    "exclude_text",
 )
 LOSSES = ("simcse", "ibkd")
 
@@ -71,19 +72,24 @@ def finetune_checkpoint(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``source`` on NLI triplets into ``out``; ``overrides`` sets ``TrainConfig``'s
-    ``finetune_*`` fields (and seed, device, sts_dir). Returns the written manifest."""
+    ``finetune_*`` fields (and seed, device, sts_dir); its ``exclude_text`` adds to the source's.
+    Returns the written manifest."""
     from sentence_transformers import SentenceTransformer
 
     from training.methods.finetune import nli_finetune_stage
 
     if loss not in LOSSES:
         raise UserError(f"unknown --loss {loss!r} (known: {', '.join(LOSSES)})")
+    overrides = dict(overrides)
     unknown = set(overrides) - set(FINETUNE_FIELDS)
     if unknown:
         raise ValueError(f"not fine-tuning settings: {sorted(unknown)}")
     require_checkpoint(source)
     first = read_manifest(source) if (source / "manifest.json").is_file() else {}
-    cfg = replace(source_config(source, first), **overrides).validate()
+    base = source_config(source, first)
+    # The source's exclusions always hold; --exclude-text adds to them.
+    excluded = tuple(dict.fromkeys([*base.exclude_text, *overrides.pop("exclude_text", ())]))
+    cfg = replace(base, **overrides, exclude_text=excluded).validate()
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     workdir = prepare_dirs(cfg, out, resume, overwrite)
     clock, device, widths = StageClock(), resolve_device(cfg.device), cfg.widths()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
-from training.data.pairs import read_nli_triplets, read_quora_pairs, read_senteval_snli
+from training.data.pairs import Triplet, read_nli_triplets, read_quora_pairs, read_senteval_snli
 from training.data.sts import distinct_sentences, read_stsb
 from training.data.text import iter_sentences
 
@@ -84,3 +84,15 @@ def drop_excluded(texts: Sequence[str], excluded: set[str]) -> tuple[list[str], 
         return list(texts), 0
     kept = [text for text in texts if normalise(text) not in excluded]
     return kept, len(texts) - len(kept)
+
+
+def drop_excluded_triplets(triplets: Sequence[Triplet], excluded: set[str]) -> tuple[list[Triplet], int]:
+    """``triplets`` without any that has an excluded sentence in any of its three places."""
+    if not excluded:
+        return list(triplets), 0
+    kept = [
+        t
+        for t in triplets
+        if not {normalise(t.anchor), normalise(t.positive), normalise(t.negative)} & excluded
+    ]
+    return kept, len(triplets) - len(kept)

@@ -20,6 +20,7 @@ from sentence_transformers import SentenceTransformer
 
 from distilembed.errors import UserError
 from training.config import TrainConfig
+from training.data.extra_text import drop_excluded_triplets, excluded_keys
 from training.data.pairs import Triplet, load_triplets
 from training.losses.distilcse import ContrastiveFinetuneLoss
 from training.losses.ibkd import IBKDFinetuneLoss, input_representation
@@ -27,18 +28,22 @@ from training.losses.matryoshka import matryoshka_loss, prefix
 from training.methods.base import Stage, encode_features, finetune_loop, text_lengths
 
 
-def load_finetune_triplets(source: str, data_dir: str | None) -> list[Triplet]:
-    triplets = load_triplets(source, data_dir)
+def load_finetune_triplets(cfg: TrainConfig, data_dir: str | None) -> tuple[list[Triplet], int]:
+    """The ``--finetune-data`` triplets less every one with an ``--exclude-text`` sentence in it
+    (decision 34's rule, applied to the supervised stage too), and how many were dropped."""
+    found = load_triplets(cfg.finetune_data, data_dir)
+    triplets, dropped = drop_excluded_triplets(found, excluded_keys(cfg.exclude_text, data_dir))
     if not triplets:
-        raise UserError(f"no triplets in --finetune-data {source}")
-    return triplets
+        what = "no triplets" if not found else f"no triplets left after --exclude-text ({dropped} dropped)"
+        raise UserError(f"{what} in --finetune-data {cfg.finetune_data}")
+    return triplets, dropped
 
 
 def nli_finetune_stage(
     cfg: TrainConfig, student: SentenceTransformer, data_dir: str | None, with_hsic: bool
 ) -> Stage:
     """Eq. 7 (DistilCSE) or eq. 9 (IBKD, ``with_hsic``) over batches of triplets."""
-    triplets = load_finetune_triplets(cfg.finetune_data, data_dir)
+    triplets, dropped = load_finetune_triplets(cfg, data_dir)
     tau = cfg.finetune_temperature
     ibkd = IBKDFinetuneLoss(tau=tau)
     simcse = ContrastiveFinetuneLoss(tau=tau)
@@ -61,6 +66,7 @@ def nli_finetune_stage(
     info = {
         "data": cfg.finetune_data,
         "triplets": len(triplets),
+        "triplets_excluded": dropped,
         "loss": "ibkd-eq9" if with_hsic else "simcse-eq7",
         "tau": tau,
     }
