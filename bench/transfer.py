@@ -29,6 +29,7 @@ docs/results.md (``--no-doc``: not); ``--render-from JSON`` rewrites it from an 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -107,10 +108,16 @@ def proxy_mean(
 
 
 def paired_delta(
-    ref: dict[str, np.ndarray], other: dict[str, np.ndarray], sets: Sets, rounds: int, seed: int = 0
+    ref: dict[str, np.ndarray],
+    other: dict[str, np.ndarray],
+    sets: Sets,
+    rounds: int,
+    seed: int = 0,
+    quora_only: bool = False,
 ) -> tuple[float, float]:
-    """95% interval of ``other``'s proxy mean minus ``ref``'s: a paired bootstrap, each round
-    resampling the SNLI and the Quora pairs with replacement, the same pairs for both models."""
+    """95% interval of ``other``'s proxy mean (or, ``quora_only``, Quora AP) minus ``ref``'s: a
+    paired bootstrap, each round resampling the SNLI and the Quora pairs with replacement, the same
+    pairs for both models."""
     grades = np.array([p.score for p in sets.snli])
     labels = np.array([p.score for p in sets.quora])
     rng = np.random.default_rng(seed)
@@ -118,7 +125,10 @@ def paired_delta(
     for _ in range(rounds):
         i = rng.integers(0, len(grades), len(grades))
         j = rng.integers(0, len(labels), len(labels))
-        mean = [proxy_mean(m["snli"][i], grades[i], m["quora"][j], labels[j]) for m in (other, ref)]
+        if quora_only:
+            mean = [cosine_ap(m["quora"][j], labels[j]) for m in (other, ref)]
+        else:
+            mean = [proxy_mean(m["snli"][i], grades[i], m["quora"][j], labels[j]) for m in (other, ref)]
         deltas.append(mean[0] - mean[1])
     low, high = np.percentile(deltas, [2.5, 97.5])
     return round(float(low), 2), round(float(high), 2)
@@ -197,6 +207,23 @@ def teacher_embed(name: str, batch_size: int) -> tuple[Embed, int]:
     return lambda sentences, _: teacher.targets(sentences)[0].astype(np.float32), teacher.dim
 
 
+def snli_trained(path: str) -> bool:
+    """Whether a bundle's student was fine-tuned on SNLI triplets (``distilembed finetune``), which
+    puts the SNLI column in its training domain: read from ``models/default``'s provenance.json, or
+    from the manifest of the checkpoint a bundle was exported from, where either is at hand."""
+    folder = Path(path)
+    sources = [folder / "provenance.json"]
+    with contextlib.suppress(OSError, ValueError):
+        checkpoint = json.loads((folder / "manifest.json").read_text())["source"]["checkpoint"]
+        sources.append(Path(checkpoint) / "manifest.json")
+    for source in sources:
+        with contextlib.suppress(OSError, ValueError):
+            tuned = json.loads(source.read_text()).get("finetune") or {}
+            if "snli" in str(tuned.get("data", "")).lower():
+                return True
+    return False
+
+
 def named_path(text: str) -> tuple[str, str]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
@@ -208,11 +235,15 @@ def short_genre(genre: str) -> str:
     return genre.removeprefix("main-")
 
 
-def delta_cell(row: dict[str, Any]) -> str:
-    if row.get("delta_ci95") is None:
+def delta_cell(row: dict[str, Any], key: str = "delta") -> str:
+    if row.get(f"{key}_ci95") is None:
         return ""
-    low, high = row["delta_ci95"]
-    return f"{row['delta']:+.2f} [{low:+.2f}, {high:+.2f}]"
+    low, high = row[f"{key}_ci95"]
+    return f"{row[key]:+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
+def snli_cell(row: dict[str, Any]) -> str:
+    return f"{row['snli_graded']:.2f}" + (" (trained on)" if row.get("snli_trained") else "")
 
 
 def render(result: dict[str, Any]) -> str:
@@ -220,16 +251,18 @@ def render(result: dict[str, Any]) -> str:
     header = ["model", "dim", "STS-B test", *(short_genre(g) for g in genres)]
     first = result["rows"][0]["model"]
     header += ["SNLI graded", "Quora AP", "mean (SNLI, Quora AP)", f"mean - {first}'s [95% CI]"]
+    header += [f"Quora AP - {first}'s [95% CI]"]
     rows = [
         [
             f"{r['model']} (`{r['path']}`)" if r["kind"] == "bundle" else f"{r['model']} (teacher)",
             r["dim"],
             f"{r['stsb_test']:.2f}",
             *(f"{r['genres'][g]:.2f}" for g in genres),
-            f"{r['snli_graded']:.2f}",
+            snli_cell(r),
             f"{r['quora_ap']:.2f}",
             f"**{r['proxy_mean']:.2f}**",
             delta_cell(r),
+            delta_cell(r, "quora_delta"),
         ]
         for r in result["rows"]
     ]
@@ -239,7 +272,8 @@ def render(result: dict[str, Any]) -> str:
         f"Pairs: STS-B test {sum(sets['stsb_test'].values()):,} ({sizes}); SNLI dev + test "
         f"{sets['snli']:,}; Quora dev + test {sets['quora']:,} ({sets['quora_duplicates']:,} duplicates). "
         f"Bundles {result['variant']}. The last column: a paired bootstrap over the SNLI and Quora "
-        f"pairs ({result.get('bootstrap', 0):,} rounds)."
+        f"pairs ({result.get('bootstrap', 0):,} rounds); the Quora one over the Quora pairs alone, "
+        'the comparison that holds for a student fine-tuned on the SNLI triplets ("trained on").'
     )
     return f"{markdown_table(header, rows)}\n\n{note}"
 
@@ -255,19 +289,23 @@ def console_table(result: dict[str, Any]) -> Table:
         "Quora AP",
         "mean",
         "delta [95% CI]",
+        "Quora AP delta",
     ]
     columns.append("seconds")
     table = Table(title="Out-of-domain proxies (Spearman x 100; Quora: AP x 100)")
     for column in columns:
         table.add_column(column, justify="left" if column == "model" else "right", no_wrap=True)
     for r in result["rows"]:
-        cells = [r["stsb_test"], *(r["genres"][g] for g in genres), r["snli_graded"], r["quora_ap"]]
+        cells = [r["stsb_test"], *(r["genres"][g] for g in genres)]
         table.add_row(
             r["model"],
             str(r["dim"]),
             *(f"{c:.2f}" for c in cells),
+            snli_cell(r),
+            f"{r['quora_ap']:.2f}",
             f"{r['proxy_mean']:.2f}",
             delta_cell(r),
+            delta_cell(r, "quora_delta"),
             f"{r['seconds']:.0f}",
         )
     return table
@@ -325,15 +363,22 @@ def main(argv: list[str] | None = None) -> None:
         else:
             embed, dim = teacher_embed(path, args.teacher_batch_size)
         row = {"model": name, "kind": kind, "path": path, "dim": dim, **score(embed, sets)}
+        row["snli_trained"] = kind == "bundle" and snli_trained(path)
         cosines[name] = row.pop("cosines")
         first = result["rows"][0] if result["rows"] else row
         row["delta_vs"] = first["model"]
         row["delta"] = round(row["proxy_mean"] - first["proxy_mean"], 2)
-        row["delta_ci95"] = (
-            list(paired_delta(cosines[first["model"]], cosines[name], sets, args.bootstrap))
-            if args.bootstrap and first is not row
-            else None
-        )
+        row["quora_delta"] = round(row["quora_ap"] - first["quora_ap"], 2)
+        for key, quora_only in (("delta", False), ("quora_delta", True)):
+            row[f"{key}_ci95"] = (
+                list(
+                    paired_delta(
+                        cosines[first["model"]], cosines[name], sets, args.bootstrap, quora_only=quora_only
+                    )
+                )
+                if args.bootstrap and first is not row
+                else None
+            )
         row["seconds"] = round(time.perf_counter() - start, 1)
         result["rows"].append(row)
         print(json.dumps(row), flush=True)

@@ -14,7 +14,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from transfer import Sets, cosine_ap, load_sets, main, named_path, paired_delta, score, snli_graded
+from transfer import (
+    Sets,
+    cosine_ap,
+    load_sets,
+    main,
+    named_path,
+    paired_delta,
+    score,
+    snli_graded,
+    snli_trained,
+)
 
 from training.data.pairs import NLIPair
 from training.data.sts import STSPair
@@ -97,6 +107,28 @@ def test_paired_bootstrap_of_one_model_against_itself_is_zero() -> None:
     rng = np.random.default_rng(2)
     model = {"snli": grades + rng.normal(0, 1, 200), "quora": labels + rng.normal(0, 1, 200)}
     assert paired_delta(model, model, sets, rounds=50) == (0.0, 0.0)
+    assert paired_delta(model, model, sets, rounds=50, quora_only=True) == (0.0, 0.0)
+
+
+def test_quora_only_bootstrap_ignores_the_snli_cosines() -> None:
+    sets, grades, labels = bootstrap_sets(400)
+    rng = np.random.default_rng(4)
+    quora = labels + rng.normal(0, 1, 400)
+    snli_good, snli_bad = grades + rng.normal(0, 0.1, 400), rng.normal(0, 1, 400)
+    ref, other = {"snli": snli_bad, "quora": quora}, {"snli": snli_good, "quora": quora}
+    assert paired_delta(ref, other, sets, rounds=100, quora_only=True) == (0.0, 0.0)
+    assert paired_delta(ref, other, sets, rounds=100)[0] > 0
+
+
+def test_a_bundle_fine_tuned_on_snli_is_flagged_from_its_checkpoint_or_provenance(tmp_path: Path) -> None:
+    checkpoint, bundle, default = tmp_path / "ckpt", tmp_path / "bundle", tmp_path / "default"
+    write(checkpoint / "manifest.json", [json.dumps({"finetune": {"data": "nli/snli_devtest_triplets.csv"}})])
+    write(bundle / "manifest.json", [json.dumps({"source": {"checkpoint": str(checkpoint)}})])
+    write(default / "provenance.json", [json.dumps({"finetune": {"data": "nli/snli_devtest_triplets.csv"}})])
+    assert snli_trained(str(bundle)) and snli_trained(str(default))
+    write(checkpoint / "manifest.json", [json.dumps({"method": "congen"})])
+    assert not snli_trained(str(bundle))
+    assert not snli_trained(str(tmp_path / "missing"))
 
 
 def test_paired_bootstrap_separates_a_better_model() -> None:
@@ -166,10 +198,17 @@ def test_render_from_writes_the_transfer_block(tmp_path: Path) -> None:
         "variant": "int8",
         "bootstrap": 1000,
         "rows": [
-            row | {"model": "default", "kind": "bundle", "path": "models/default", "delta_ci95": None},
+            row
+            | {"model": "default", "kind": "bundle", "path": "models/default", "delta_ci95": None}
+            | {"snli_trained": True},
             row
             | {"model": "all-mpnet-base-v2", "kind": "teacher", "path": "all-mpnet-base-v2", "dim": 768}
-            | {"delta": 0.5, "delta_ci95": [-0.25, 1.0]},
+            | {
+                "delta": 0.5,
+                "delta_ci95": [-0.25, 1.0],
+                "quora_delta": -0.1,
+                "quora_delta_ci95": [-0.3, 0.1],
+            },
         ],
         "run": {"command": "python bench/transfer.py", "machine": "m", "date": "2026-11-27"},
     }
@@ -179,13 +218,16 @@ def test_render_from_writes_the_transfer_block(tmp_path: Path) -> None:
     lines = doc.read_text().splitlines()
     assert (
         "| model | dim | STS-B test | captions | news | SNLI graded | Quora AP | mean (SNLI, Quora AP) "
-        "| mean - default's [95% CI] |" in lines
+        "| mean - default's [95% CI] | Quora AP - default's [95% CI] |" in lines
     )
-    first = "| default (`models/default`) | 128 | 83.06 | 90.00 | 80.00 | 60.50 | 70.25 | **65.38** |  |"
+    first = (
+        "| default (`models/default`) | 128 | 83.06 | 90.00 | 80.00 | 60.50 (trained on) | 70.25 "
+        "| **65.38** |  |  |"
+    )
     assert first in lines
     assert (
         "| all-mpnet-base-v2 (teacher) | 768 | 83.06 | 90.00 | 80.00 | 60.50 | 70.25 | **65.38** "
-        "| +0.50 [-0.25, +1.00] |" in lines
+        "| +0.50 [-0.25, +1.00] | -0.10 [-0.30, +0.10] |" in lines
     )
     assert any(
         line.startswith("Pairs: STS-B test 3 (captions 2, news 1); SNLI dev + test 4;") for line in lines
