@@ -96,6 +96,16 @@ def test_a_matryoshka_student_is_fine_tuned_at_its_widths(
     assert manifest["matryoshka"]["widths"] == [8, 4] and manifest["matryoshka"]["weights"] == [1.0, 2.0]
     assert manifest["matryoshka"]["selection"] == "mean STS-B dev over the widths"
     assert set(manifest["matryoshka"]["scores"]) == {"4"}
+    heavier = {**SETTINGS, "matryoshka_weights": [1, 8]}
+    manifest = finetune_checkpoint(mrl, tmp_path / "nli8", heavier, data_dir=str(nli_data))
+    assert manifest["matryoshka"]["weights"] == [1.0, 8.0] and manifest["config"]["matryoshka_weights"] == [
+        1,
+        8,
+    ]
+    with pytest.raises(UserError, match="needs 2 values"):
+        finetune_checkpoint(
+            mrl, tmp_path / "x", {**SETTINGS, "matryoshka_weights": [1]}, data_dir=str(nli_data)
+        )
 
 
 def test_an_interrupted_run_needs_resume_and_finishes_with_it(
@@ -116,6 +126,7 @@ def test_an_interrupted_run_needs_resume_and_finishes_with_it(
         ({"finetune_lr": 0.0}, "simcse", "--finetune-lr must be positive"),
         ({"finetune_temperature": -1.0}, "simcse", "--finetune-temperature must be positive"),
         ({"finetune_data": "nli/missing.csv"}, "simcse", "missing.csv"),
+        ({"matryoshka_weights": [1, 2]}, "simcse", "needs a Matryoshka student"),
     ],
 )
 def test_bad_settings_are_user_errors(

@@ -298,6 +298,10 @@ def finetune_command(
         list[str] | None,
         Opt(help="Drop every triplet with a sentence of this source, besides the source run's (repeatable)."),
     ] = None,
+    matryoshka_weights: Annotated[
+        str | None,
+        Opt(help="A Matryoshka student's loss weights over its trained widths (default: its own)."),
+    ] = None,
     epochs: Annotated[float, Opt(help="Passes over the triplets.")] = 1.0,
     lr: Annotated[float, Opt(help="Peak learning rate (linear warmup and decay).")] = 1e-5,
     batch_size: Annotated[int, Opt(help="Triplets per step.")] = 64,
@@ -326,6 +330,7 @@ def finetune_command(
         "device": device,
         "sts_dir": sts_dir,
         "exclude_text": exclude_text or [],
+        "matryoshka_weights": comma_list(matryoshka_weights, float, "--matryoshka-weights"),
     }
     manifest = finetune_checkpoint(
         model, out, overrides, loss=loss, data_dir=data_dir, resume=resume, overwrite=overwrite

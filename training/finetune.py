@@ -39,6 +39,7 @@ FINETUNE_FIELDS = (
     "device",
     "sts_dir",
     "exclude_text",
+    "matryoshka_weights",
 )
 LOSSES = ("simcse", "ibkd")
 
@@ -72,7 +73,8 @@ def finetune_checkpoint(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune ``source`` on NLI triplets into ``out``; ``overrides`` sets ``TrainConfig``'s
-    ``finetune_*`` fields (and seed, device, sts_dir); its ``exclude_text`` adds to the source's.
+    ``finetune_*`` fields (and seed, device, sts_dir, a Matryoshka student's ``matryoshka_weights``
+    over its trained widths); its ``exclude_text`` adds to the source's.
     Returns the written manifest."""
     from sentence_transformers import SentenceTransformer
 
@@ -80,7 +82,7 @@ def finetune_checkpoint(
 
     if loss not in LOSSES:
         raise UserError(f"unknown --loss {loss!r} (known: {', '.join(LOSSES)})")
-    overrides = dict(overrides)
+    overrides = {k: v for k, v in overrides.items() if k != "matryoshka_weights" or v is not None}
     unknown = set(overrides) - set(FINETUNE_FIELDS)
     if unknown:
         raise ValueError(f"not fine-tuning settings: {sorted(unknown)}")
@@ -89,6 +91,12 @@ def finetune_checkpoint(
     base = source_config(source, first)
     # The source's exclusions always hold; --exclude-text adds to them.
     excluded = tuple(dict.fromkeys([*base.exclude_text, *overrides.pop("exclude_text", ())]))
+    if "matryoshka_weights" in overrides:
+        overrides["matryoshka_weights"] = tuple(overrides["matryoshka_weights"])
+        if not base.matryoshka:
+            raise UserError(
+                f"{source} was trained at one width; --matryoshka-weights needs a Matryoshka student"
+            )
     cfg = replace(base, **overrides, exclude_text=excluded).validate()
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     workdir = prepare_dirs(cfg, out, resume, overwrite)
