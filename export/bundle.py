@@ -104,7 +104,7 @@ def trained_widths(checkpoint: Path, dim: int) -> list[int]:
     manifest = checkpoint / "manifest.json"
     if not manifest.is_file():
         return [dim]
-    widths = json.loads(manifest.read_text()).get("matryoshka", {}).get("widths") or [dim]
+    widths = (json.loads(manifest.read_text()).get("matryoshka") or {}).get("widths") or [dim]
     return [int(w) for w in widths]
 
 

@@ -66,6 +66,7 @@ def test_finetune_writes_a_checkpoint_with_the_sources_provenance(
     assert [s["name"] for s in manifest["stages"]] == ["train", "finetune"]
     assert manifest["teacher"] == first["teacher"] and manifest["method"] == "congen"
     assert "STS-B" in manifest["scores"] and "finetune_finetune" in manifest["seconds"]
+    assert manifest["matryoshka"]["widths"] == [8]  # what export reads the trained widths from
     assert not out.with_name("nli.partial").exists()
     emb = SentenceTransformer(str(out), device="cpu").encode(["a man is playing a guitar ."])
     assert emb.shape == (1, 8) and np.linalg.norm(emb) == pytest.approx(1.0, abs=1e-5)

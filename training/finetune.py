@@ -122,7 +122,7 @@ def finetune_checkpoint(
             "source_dev_spearman": start_dev(state.curve),
             **report,
         },
-        "matryoshka": matryoshka if widths.nested else first.get("matryoshka"),
+        "matryoshka": matryoshka,
         "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
         "sts_subsets": sts["subsets"],
         "seconds": {**(first.get("seconds") or {}), **{f"finetune_{k}": v for k, v in clock.seconds.items()}},
