@@ -152,14 +152,21 @@ def test_cli_bad_input_is_one_line(
     assert not (tmp_path / "o").exists()
 
 
-def test_congen_ens_hpd_preset_and_whiten_are_the_default_models_recipe() -> None:
+def test_congen_ens_hpd_preset_whiten_and_finetune_are_the_default_models_recipe() -> None:
     """`--preset congen-ens-hpd-cpu` reproduces models/default's training config, field by field
-    (device and stage-2 settings aside: congen has no stage 2 and the preset leaves device to auto),
-    and `distilembed whiten` at its default fit settings made the shipped checkpoint."""
+    (device and stage-2 settings aside: the preset leaves device to auto, and its stage-2 fields are
+    the `finetune` command's flags), `distilembed whiten` at its default fit settings made the
+    checkpoint, and, where the provenance says so, `distilembed finetune` then ran on it."""
     provenance = json.loads((ROOT / "models" / "default" / "provenance.json").read_text())
-    shipped = provenance["train_config"]
+    shipped = dict(provenance["train_config"])
     preset = asdict(make_config("congen-ens-hpd-cpu", {}))
-    ignored = {"device", "extra", "finetune_epochs"}
+    tune = provenance.get("finetune")
+    if tune is not None:  # finetune adds its --exclude-text to the source run's, which come first
+        excluded = shipped.pop("exclude_text")
+        assert excluded[: len(preset["exclude_text"])] == list(preset["exclude_text"])
+        assert (tune["data"], tune["loss"]) == ("nli/snli_devtest_triplets.csv", "simcse-eq7")
+        assert tune["best_dev_spearman"] >= max(c["dev_spearman"] for c in provenance["whiten"]["candidates"])
+    ignored = {"device", "extra"} | {key for key in preset if key.startswith("finetune_")}
     differing = {
         key: (preset[key], value)
         for key, value in shipped.items()
