@@ -8,7 +8,7 @@ import pytest
 from sentence_transformers import SentenceTransformer
 
 from distilembed.errors import UserError
-from training.config import make_config
+from tests.test_methods import _cfg as method_cfg
 from training.finetune import finetune_checkpoint
 from training.pipeline import run_training
 
@@ -23,24 +23,12 @@ SETTINGS = {
 
 
 def _train(tiny_teacher: Path, tiny_bert: Path, data: Path, out: Path, **kw: object) -> Path:
-    cfg = {
-        "method": "congen",
-        "teacher": str(tiny_teacher),
-        "student": str(tiny_bert),
-        "dim": 8,
-        "n_sentences": 64,
-        "pca_sample": 64,
-        "corpus": "corpus.txt",
-        "batch_size": 16,
-        "max_steps": 2,
-        "eval_every": 2,
-        "save_every": 2,
-        "max_seq_len": 32,
-        "device": "cpu",
-        "queue_size": 40,
-        **kw,
-    }
-    run_training(make_config(None, cfg), out, data_dir=str(data))
+    """A tiny ConGen run, configured as the methods' tests configure theirs."""
+    run_training(
+        method_cfg(tiny_teacher, tiny_bert, "congen", max_steps=2, eval_every=2, **kw),
+        out,
+        data_dir=str(data),
+    )
     return out
 
 
