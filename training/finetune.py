@@ -45,7 +45,7 @@ LOSSES = ("simcse", "ibkd")
 
 
 def source_config(source: Path, manifest: dict[str, Any]) -> TrainConfig:
-    """The source's training configuration (its widths and width), fields unknown here dropped."""
+    """The source's training configuration (its width and trained widths); fields unknown here are dropped."""
     saved = manifest.get("config")
     if not isinstance(saved, dict):
         raise UserError(
