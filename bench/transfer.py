@@ -369,16 +369,14 @@ def main(argv: list[str] | None = None) -> None:
         row["delta_vs"] = first["model"]
         row["delta"] = round(row["proxy_mean"] - first["proxy_mean"], 2)
         row["quora_delta"] = round(row["quora_ap"] - first["quora_ap"], 2)
+        ref, compared = cosines[first["model"]], bool(args.bootstrap) and first is not row
         for key, quora_only in (("delta", False), ("quora_delta", True)):
-            row[f"{key}_ci95"] = (
-                list(
-                    paired_delta(
-                        cosines[first["model"]], cosines[name], sets, args.bootstrap, quora_only=quora_only
-                    )
-                )
-                if args.bootstrap and first is not row
+            interval = (
+                paired_delta(ref, cosines[name], sets, args.bootstrap, quora_only=quora_only)
+                if compared
                 else None
             )
+            row[f"{key}_ci95"] = None if interval is None else list(interval)
         row["seconds"] = round(time.perf_counter() - start, 1)
         result["rows"].append(row)
         print(json.dumps(row), flush=True)
