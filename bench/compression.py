@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from compression_report import render, report  # noqa: E402
 from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
-from quora_sr import drop_self, retrieval_scores, teacher_vectors  # noqa: E402
+from quora_sr import drop_self, read_distractors, retrieval_scores, teacher_vectors  # noqa: E402
 from results_doc import add_doc_args, publish_saved, run_info  # noqa: E402
 from timing import interleaved_seconds  # noqa: E402
 
@@ -60,7 +60,6 @@ from index.vectors import (  # noqa: E402
     signs,
 )
 from training.data.sts import read_stsb  # noqa: E402
-from training.data.text import read_sentences  # noqa: E402
 
 STORAGES = ("float32", "sq8", "pq", "pq+rescore", "binary", "binary+rescore")
 
@@ -195,14 +194,14 @@ class Retrieval:
 
 def load_retrieval(args: argparse.Namespace) -> Retrieval:
     questions = load_quora_retrieval(args.quora_dir)
-    extra = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
+    extra, pool = read_distractors(args.distractor_corpus, args.distractors)
     full, kept = add_distractors(questions, extra)
     return Retrieval(
         sorted({len(questions.corpus), len(full.corpus)}),
         full.corpus,
         np.asarray(full.queries),
         np.asarray(full.relevant),
-        teacher_vectors(args, questions.corpus, extra, kept),
+        teacher_vectors(args, questions.corpus, pool, kept),
     )
 
 

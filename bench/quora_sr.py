@@ -51,6 +51,15 @@ from training.data.text import content_hash, read_sentences
 DISTRACTOR_CHUNK = 100_000  # teacher-cache entries of distractors: whole slices, so runs share them
 
 
+def read_distractors(path: str, n: int) -> tuple[list[str], list[str]]:
+    """The first ``n`` sentences of ``path``, and the whole ``DISTRACTOR_CHUNK`` slices that hold
+    them: pass the second to ``teacher_vectors`` so that runs of any ``n`` share the teacher cache."""
+    if n <= 0:
+        return [], []
+    pool = read_sentences(path, limit=-(-n // DISTRACTOR_CHUNK) * DISTRACTOR_CHUNK)
+    return pool[:n], pool
+
+
 def teacher_vectors(
     args: argparse.Namespace, questions: list[str], distractors: list[str], kept: list[int]
 ) -> np.ndarray:
@@ -332,10 +341,10 @@ def main(argv: list[str] | None = None) -> None:
     faiss.omp_set_num_threads(args.threads)
 
     questions = load_quora_retrieval(args.quora_dir)
-    distractors = read_sentences(args.distractor_corpus, limit=args.distractors) if args.distractors else []
+    distractors, pool = read_distractors(args.distractor_corpus, args.distractors)
     data, kept = add_distractors(questions, distractors)
     student, docs_per_s = student_vectors(args, data)
-    teacher = teacher_vectors(args, questions.corpus, distractors, kept)
+    teacher = teacher_vectors(args, questions.corpus, pool, kept)
     specs = search_specs("teacher", teacher, data, args) + search_specs("student", student, data, args)
     ids = result_ids(specs, np.asarray(data.queries), args.k)
     times = interleaved_times(specs, args.k, args.repeats)

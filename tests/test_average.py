@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from distilembed.errors import UserError
 from tests.tiny_models import make_tiny_sentence_model
-from training.average import average_checkpoints, average_state_dicts
+from training.average import average_checkpoints, average_state_dicts, own_dev
 
 PROBE = "embeddings.LayerNorm.bias"
 
@@ -109,3 +109,25 @@ def test_keep_snapshots_saves_every_dev_evaluation_for_a_soup(
     assert all(torch.equal(kept[k], final[k]) for k in kept)
     soup = average_checkpoints(snapshots, tmp_path / "soup")
     assert len(soup["average"]["chosen"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("manifest", "dev"),
+    [
+        ({"training": {"best_dev_spearman": 87.07}}, 87.07),
+        ({"training": {"best_dev_spearman": 87.07}, "whiten": {"dev_spearman": 87.2}}, 87.2),
+        (  # a fine-tuned whitened checkpoint: the fine-tuning came last
+            {
+                "training": {"best_dev_spearman": 87.07},
+                "whiten": {"dev_spearman": 87.2},
+                "finetune": {"best_dev_spearman": 87.42},
+            },
+            87.42,
+        ),
+        ({"method": "average", "average": {"dev_spearman": 87.43}}, 87.43),
+        ({"method": "average", "average": {"dev_spearman": None}}, None),
+        ({}, None),
+    ],
+)
+def test_a_source_is_recorded_at_the_dev_of_its_last_step(manifest: dict, dev: float | None) -> None:
+    assert own_dev(manifest) == dev

@@ -89,8 +89,20 @@ def _source_record(path: Path) -> dict[str, Any]:
     if (path / "manifest.json").is_file():
         manifest = read_manifest(path)
         record["method"] = manifest.get("method")
-        record["best_dev_spearman"] = manifest.get("training", {}).get("best_dev_spearman")
+        record["best_dev_spearman"] = own_dev(manifest)
     return record
+
+
+def own_dev(manifest: dict[str, Any]) -> float | None:
+    """The STS-B dev a checkpoint was kept at: that of its last step after training, else its
+    training's best. ``finetune`` keeps its source's ``whiten`` record and ``whiten`` drops a
+    ``finetune`` one, so a ``finetune`` record is always the last step."""
+    last_steps = (("finetune", "best_dev_spearman"), ("average", "dev_spearman"), ("whiten", "dev_spearman"))
+    for stage, key in last_steps:
+        if (value := manifest.get(stage, {}).get(key)) is not None:
+            return float(value)
+    value = manifest.get("training", {}).get("best_dev_spearman")
+    return None if value is None else float(value)
 
 
 def greedy_soup(

@@ -1,0 +1,164 @@
+"""Students compared under IVF clustering noise: Quora MRR@10 at IVF nprobe 5 over several seeds.
+
+An IVF index is trained by k-means on a sample of the corpus, and both the sample and the
+initial centroids come from a seed. ``bench/quora_sr.py`` trains one index per model with seed 0,
+so two students whose exact search is a tie can differ by a tenth of a point at nprobe 5 only
+because one student's documents fell on better cell boundaries. This script encodes the corpus
+once per bundle, trains the IVF at ``--seeds`` seeds (each seed its own sample and k-means start,
+the same for every bundle) and reports each bundle's exact MRR@10, its IVF MRR@10 as mean, standard
+deviation and range over the seeds, and the mean paired difference to the first bundle (seed by
+seed) with its standard deviation. Shares are of the teacher's exact search on the same corpus.
+
+    python bench/ivf_seeds.py --bundle default=models/default --bundle new=runs/bundles/new \
+        --distractors 100000 --seeds 10 --out bench/results/ivf_seeds.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
+from quora_sr import make_index, mrr10, raw_search, read_distractors, teacher_vectors
+from results_doc import run_info
+from transfer import named_path
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    """One bundle's IVF MRR@10 over the seeds, and its paired difference to the reference bundle."""
+
+    mean: float
+    sd: float
+    low: float
+    high: float
+    diff_mean: float
+    diff_sd: float
+
+
+def summarise(values: list[float], reference: list[float]) -> SeedSummary:
+    """``values`` and ``reference`` hold one MRR@10 per seed, in the same seed order."""
+    if len(values) != len(reference) or not values:
+        raise ValueError("one value per seed for both bundles")
+    diffs = [v - r for v, r in zip(values, reference, strict=True)]
+    spread = statistics.stdev if len(values) > 1 else (lambda _: 0.0)
+    return SeedSummary(
+        statistics.fmean(values),
+        spread(values),
+        min(values),
+        max(values),
+        statistics.fmean(diffs),
+        spread(diffs),
+    )
+
+
+def parse_bundles(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """``--bundle NAME=PATH`` pairs in the order given (the first is the reference), names unique."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise SystemExit("error: a --bundle name is given twice")
+    return out
+
+
+def ivf_mrr(vectors: np.ndarray, data: QuoraRetrieval, args: argparse.Namespace, seed: int) -> float:
+    index = make_index(vectors, "float32", args.nlist, seed, args.train_sample)
+    return mrr10(raw_search(index, vectors[np.asarray(data.queries)], 11, args.nprobe), data)
+
+
+def exact_mrr(vectors: np.ndarray, data: QuoraRetrieval) -> float:
+    index = make_index(vectors, None, 1, 0, 0)
+    return mrr10(raw_search(index, vectors[np.asarray(data.queries)], 11, 1), data)
+
+
+def main(argv: list[str] | None = None) -> None:
+    data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--bundle", dest="bundles", action="append", type=named_path, required=True, help="NAME=PATH"
+    )
+    parser.add_argument("--quora-dir", default=f"{data_root}/quora")
+    parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
+    parser.add_argument("--teacher", default="all-mpnet-base-v2")
+    parser.add_argument("--teacher-vectors", help=".npy of teacher vectors (+ .json with corpus_sha256).")
+    parser.add_argument("--teacher-batch-size", type=int, default=16)
+    parser.add_argument("--distractors", type=int, default=0)
+    parser.add_argument(
+        "--distractor-corpus", default=f"{data_root}/unlabeled/enwiki2015_1m_sentences.txt.gz"
+    )
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--nlist", type=int, default=1024)
+    parser.add_argument("--nprobe", type=int, default=5)
+    parser.add_argument("--train-sample", type=int, default=65_536)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--teacher-ivf", action="store_true", help="also the teacher's IVF at each seed")
+    parser.add_argument("--out", default="bench/results/ivf_seeds.json")
+    args = parser.parse_args(argv)
+    bundles = parse_bundles(args.bundles)
+    faiss.omp_set_num_threads(args.threads)
+    from export.runtime import Encoder
+
+    questions = load_quora_retrieval(args.quora_dir)
+    distractors, pool = read_distractors(args.distractor_corpus, args.distractors)
+    data, kept = add_distractors(questions, distractors)
+    vectors = {"teacher": teacher_vectors(args, questions.corpus, pool, kept)}
+    for name, path in bundles.items():
+        encoder = Encoder(path, variant=args.variant, threads=args.threads)
+        vectors[name] = encoder.encode(data.corpus, progress=name)
+    seeds = list(range(args.seeds))
+    teacher_exact = exact_mrr(vectors["teacher"], data)
+    names = list(bundles) + (["teacher"] if args.teacher_ivf else [])
+    ivf = {name: [ivf_mrr(vectors[name], data, args, seed) for seed in seeds] for name in names}
+    reference = ivf[next(iter(bundles))]
+    rows = {
+        name: {"exact": exact_mrr(vectors[name], data), "ivf": ivf[name]}
+        | vars(summarise(ivf[name], reference))
+        for name in names
+    }
+    result = {
+        "corpus": len(data.corpus),
+        "distractors": {"asked": args.distractors, "added": len(kept)},
+        "queries": len(data.queries),
+        "nlist": args.nlist,
+        "nprobe": args.nprobe,
+        "seeds": seeds,
+        "teacher_exact": teacher_exact,
+        "bundles": bundles,
+        "variant": args.variant,
+        "rows": rows,
+        "run": run_info("bench/ivf_seeds.py", argv if argv is not None else sys.argv[1:]),
+    }
+    shape = f"IVF{args.nlist} nprobe {args.nprobe}, {len(seeds)} seeds"
+    table = Table(title=f"Quora MRR@10, {len(data.corpus):,} documents, {shape}")
+    for col in ("model", "exact", "IVF mean", "sd", "range", "% of teacher exact", "paired diff (sd)"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name, r in rows.items():
+        table.add_row(
+            name,
+            f"{r['exact']:.2f}",
+            f"{r['mean']:.2f}",
+            f"{r['sd']:.2f}",
+            f"{r['low']:.2f}-{r['high']:.2f}",
+            f"{100 * r['mean'] / teacher_exact:.2f}",
+            f"{r['diff_mean']:+.2f} ({r['diff_sd']:.2f})",
+        )
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    console.print(f"teacher exact MRR@10: {teacher_exact:.2f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
