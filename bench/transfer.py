@@ -207,10 +207,23 @@ def teacher_embed(name: str, batch_size: int) -> tuple[Embed, int]:
     return lambda sentences, _: teacher.targets(sentences)[0].astype(np.float32), teacher.dim
 
 
+def finetune_data(record: dict[str, Any]) -> list[str]:
+    """The data of the fine-tunings a provenance.json or checkpoint manifest records: its own, and
+    a model soup's ingredients' (listed in a provenance, or read from the soup's chosen checkpoints)."""
+    data = [str((record.get("finetune") or {}).get("data", ""))]
+    soup = record.get("average") or {}
+    data += [str(part.get("data", "")) for part in soup.get("ingredients", [])]
+    for chosen in soup.get("chosen", []):
+        with contextlib.suppress(OSError, ValueError):
+            data += finetune_data(json.loads((Path(chosen) / "manifest.json").read_text()))
+    return data
+
+
 def snli_trained(path: str) -> bool:
-    """Whether a bundle's student was fine-tuned on SNLI triplets (``distilembed finetune``), which
-    puts the SNLI column in its training domain: read from ``models/default``'s provenance.json, or
-    from the manifest of the checkpoint a bundle was exported from, where either is at hand."""
+    """Whether a bundle's student was fine-tuned on SNLI triplets (``distilembed finetune``, alone or
+    in a soup), which puts the SNLI column in its training domain: read from ``models/default``'s
+    provenance.json, or from the manifest of the checkpoint a bundle was exported from, where either
+    is at hand."""
     folder = Path(path)
     sources = [folder / "provenance.json"]
     with contextlib.suppress(OSError, ValueError):
@@ -218,8 +231,7 @@ def snli_trained(path: str) -> bool:
         sources.append(Path(checkpoint) / "manifest.json")
     for source in sources:
         with contextlib.suppress(OSError, ValueError):
-            tuned = json.loads(source.read_text()).get("finetune") or {}
-            if "snli" in str(tuned.get("data", "")).lower():
+            if any("snli" in data.lower() for data in finetune_data(json.loads(source.read_text()))):
                 return True
     return False
 

@@ -18,29 +18,47 @@ import json, sys
 from pathlib import Path
 
 ckpt, bundle, out = (Path(p) for p in sys.argv[1:])
-train = json.loads((ckpt / "manifest.json").read_text())
-made = json.loads((bundle / "manifest.json").read_text())
+read = lambda folder: json.loads((Path(folder) / "manifest.json").read_text())
+train, made = read(ckpt), read(bundle)
+soup = train.get("method") == "average"  # distilembed average: a model soup of fine-tuned checkpoints
+ingredients = [Path(p) for p in train["average"]["chosen"]] if soup else [ckpt]
+first = read(ingredients[0])
 provenance = {
     "checkpoint": str(ckpt),
     "bundle": str(bundle),
-    "train_config": train["config"],
-    "teacher": train["teacher"]["name"],
-    "scores_pytorch": train["scores"],
+    "train_config": first["config"],
+    "teacher": first["teacher"]["name"],
+    "scores_pytorch": train.get("scores") or {"STS-B": made["parity"]["stsb_test_pytorch"]},
     "bundle_parity": made.get("parity"),
-    "train_seconds": train["seconds"],
+    "train_seconds": first["seconds"],
     "made_by": ["distilembed train ... (the train_config above; the command is in docs/results.md)"],
 }
-if "whiten" in train:  # distilembed whiten: a partial whitening folded into the last Dense layer
-    white = train["whiten"]
+if "whiten" in first:  # distilembed whiten: a partial whitening folded into the last Dense layer
+    white = first["whiten"]
     provenance["whiten"] = {k: white[k] for k in ("power", "corpus", "sentences", "texts_sha256", "candidates")}
     provenance["whiten"]["source_checkpoint"] = white["source"]["path"]
-    provenance["made_by"].append(f"distilembed whiten {white['source']['path']} --out {ckpt}")
-if "finetune" in train:  # distilembed finetune: supervised NLI fine-tuning of the checkpoint above
-    tune = train["finetune"]
+    target = first["finetune"]["source"]["path"] if "finetune" in first else ingredients[0]
+    provenance["made_by"].append(f"distilembed whiten {white['source']['path']} --out {target}")
+tunes = []
+for path in ingredients:  # distilembed finetune: supervised NLI fine-tuning of the checkpoint above
+    if "finetune" not in (manifest := read(path)):
+        continue
+    tune = manifest["finetune"]
     keep = ("data", "triplets", "loss", "tau", "lr", "batch_size", "steps", "best_step", "best_dev_spearman")
-    provenance["finetune"] = {k: tune[k] for k in keep if k in tune}
-    provenance["finetune"]["source_checkpoint"] = tune["source"]["path"]
-    provenance["made_by"].append(f"distilembed finetune {tune['source']['path']} --out {ckpt} (flags: finetune_* in train_config)")
+    tunes.append({"checkpoint": str(path), **{k: tune[k] for k in keep if k in tune}})
+    tunes[-1]["source_checkpoint"] = tune["source"]["path"]
+    provenance["made_by"].append(
+        f"distilembed finetune {tune['source']['path']} --out {path} (lr {tune['lr']}, loss {tune['loss']};"
+        " the other flags: finetune_* in train_config)"
+    )
+if soup:
+    mix = train["average"]
+    greedy = mix["recipe"] == "greedy soup"
+    provenance["average"] = {"recipe": mix["recipe"], "dev_spearman": mix["dev_spearman"], "ingredients": tunes}
+    sources = " ".join(s["path"] for s in mix["sources"])
+    provenance["made_by"].append(f"distilembed average {sources}{' --greedy' if greedy else ''} --out {ckpt}")
+elif tunes:
+    provenance["finetune"] = {k: v for k, v in tunes[0].items() if k != "checkpoint"}
 provenance["made_by"].append(
     f"bash scripts/make_default_model.sh {ckpt}  (runs distilembed export --model {ckpt} --out {bundle})"
 )

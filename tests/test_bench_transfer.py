@@ -131,6 +131,18 @@ def test_a_bundle_fine_tuned_on_snli_is_flagged_from_its_checkpoint_or_provenanc
     assert not snli_trained(str(tmp_path / "missing"))
 
 
+def test_a_soup_of_snli_fine_tunings_is_flagged_from_its_ingredients(tmp_path: Path) -> None:
+    tuned, soup, bundle, default = (tmp_path / name for name in ("tuned", "soup", "bundle", "default"))
+    snli = {"data": "nli/snli_devtest_triplets.csv"}
+    write(tuned / "manifest.json", [json.dumps({"finetune": snli})])
+    write(soup / "manifest.json", [json.dumps({"method": "average", "average": {"chosen": [str(tuned)]}})])
+    write(bundle / "manifest.json", [json.dumps({"source": {"checkpoint": str(soup)}})])
+    write(default / "provenance.json", [json.dumps({"average": {"ingredients": [snli]}})])
+    assert snli_trained(str(bundle)) and snli_trained(str(default))
+    write(tuned / "manifest.json", [json.dumps({"method": "congen"})])
+    assert not snli_trained(str(bundle))
+
+
 def test_paired_bootstrap_separates_a_better_model() -> None:
     sets, grades, labels = bootstrap_sets(400)
     rng = np.random.default_rng(3)

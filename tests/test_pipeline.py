@@ -156,16 +156,23 @@ def test_congen_ens_hpd_preset_whiten_and_finetune_are_the_default_models_recipe
     """`--preset congen-ens-hpd-cpu` reproduces models/default's training config, field by field
     (device and stage-2 settings aside: the preset leaves device to auto, and its stage-2 fields are
     the `finetune` command's flags), `distilembed whiten` at its default fit settings made the
-    checkpoint, and, where the provenance says so, `distilembed finetune` then ran on it."""
+    checkpoint, and, where the provenance says so, `distilembed finetune` then ran on it (a model
+    soup: on each ingredient, which `distilembed average --greedy` then mixed)."""
     provenance = json.loads((ROOT / "models" / "default" / "provenance.json").read_text())
     shipped = dict(provenance["train_config"])
     preset = asdict(make_config("congen-ens-hpd-cpu", {}))
-    tune = provenance.get("finetune")
-    if tune is not None:  # finetune adds its --exclude-text to the source run's, which come first
+    soup = provenance.get("average")
+    tunes = soup["ingredients"] if soup else [provenance["finetune"]] if "finetune" in provenance else []
+    if tunes:  # finetune adds its --exclude-text to the source run's, which come first
         excluded = shipped.pop("exclude_text")
         assert excluded[: len(preset["exclude_text"])] == list(preset["exclude_text"])
+    whitened_dev = max(c["dev_spearman"] for c in provenance["whiten"]["candidates"])
+    for tune in tunes:
         assert (tune["data"], tune["loss"]) == ("nli/snli_devtest_triplets.csv", "simcse-eq7")
-        assert tune["best_dev_spearman"] >= max(c["dev_spearman"] for c in provenance["whiten"]["candidates"])
+        assert tune["best_dev_spearman"] >= whitened_dev
+    if soup:  # a greedy soup keeps an ingredient only if dev does not drop
+        assert soup["recipe"] == "greedy soup"
+        assert soup["dev_spearman"] >= max(t["best_dev_spearman"] for t in tunes)
     ignored = {"device", "extra"} | {key for key in preset if key.startswith("finetune_")}
     differing = {
         key: (preset[key], value)
