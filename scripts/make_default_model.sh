@@ -30,7 +30,7 @@ provenance = {
     "teacher": first["teacher"]["name"],
     "scores_pytorch": train.get("scores") or {"STS-B": made["parity"]["stsb_test_pytorch"]},
     "bundle_parity": made.get("parity"),
-    "train_seconds": first["seconds"],
+    "train_seconds": first.get("seconds"),
     "made_by": ["distilembed train ... (the train_config above; the command is in docs/results.md)"],
 }
 if "whiten" in first:  # distilembed whiten: a partial whitening folded into the last Dense layer
@@ -54,7 +54,12 @@ for path in ingredients:  # distilembed finetune: supervised NLI fine-tuning of 
 if soup:
     mix = train["average"]
     greedy = mix["recipe"] == "greedy soup"
-    provenance["average"] = {"recipe": mix["recipe"], "dev_spearman": mix["dev_spearman"], "ingredients": tunes}
+    provenance["average"] = {
+        "recipe": mix["recipe"],
+        "chosen": mix["chosen"],
+        "dev_spearman": mix["dev_spearman"],
+        "ingredients": tunes,  # the fine-tuned ones among the chosen
+    }
     sources = " ".join(s["path"] for s in mix["sources"])
     provenance["made_by"].append(f"distilembed average {sources}{' --greedy' if greedy else ''} --out {ckpt}")
 elif tunes:
