@@ -20,7 +20,7 @@ from pathlib import Path
 ckpt, bundle, out = (Path(p) for p in sys.argv[1:])
 read = lambda folder: json.loads((Path(folder) / "manifest.json").read_text())
 train, made = read(ckpt), read(bundle)
-soup = train.get("method") == "average"  # distilembed average: a model soup of fine-tuned checkpoints
+soup = "average" in train  # distilembed average: a model soup (of fine-tuned checkpoints, here)
 ingredients = [Path(p) for p in train["average"]["chosen"]] if soup else [ckpt]
 first = read(ingredients[0])
 provenance = {
