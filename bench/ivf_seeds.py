@@ -30,9 +30,16 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
-from quora_sr import make_index, mrr10, raw_search, read_distractors, teacher_vectors
-from results_doc import run_info
-from transfer import named_path
+from quora_sr import (
+    add_ivf_args,
+    add_model_args,
+    make_index,
+    mrr10,
+    raw_search,
+    read_distractors,
+    teacher_vectors,
+)
+from results_doc import named_path, run_info
 
 
 @dataclass(frozen=True)
@@ -71,14 +78,15 @@ def parse_bundles(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return out
 
 
-def ivf_mrr(vectors: np.ndarray, data: QuoraRetrieval, args: argparse.Namespace, seed: int) -> float:
-    index = make_index(vectors, "float32", args.nlist, seed, args.train_sample)
-    return mrr10(raw_search(index, vectors[np.asarray(data.queries)], 11, args.nprobe), data)
-
-
-def exact_mrr(vectors: np.ndarray, data: QuoraRetrieval) -> float:
-    index = make_index(vectors, None, 1, 0, 0)
-    return mrr10(raw_search(index, vectors[np.asarray(data.queries)], 11, 1), data)
+def search_mrrs(
+    vectors: np.ndarray, data: QuoraRetrieval, args: argparse.Namespace, seeds: list[int]
+) -> tuple[float, list[float]]:
+    """MRR@10 of exact search, and of IVF (nprobe ``--nprobe``) trained at each of ``seeds``."""
+    queries = np.ascontiguousarray(vectors[np.asarray(data.queries)])
+    exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
+    ivfs = (make_index(vectors, "float32", args.nlist, seed, args.train_sample) for seed in seeds)
+    ivf = [mrr10(raw_search(index, queries, 11, args.nprobe), data) for index in ivfs]
+    return mrr10(raw_search(exact, queries, 11, 1), data), ivf
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -87,20 +95,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--bundle", dest="bundles", action="append", type=named_path, required=True, help="NAME=PATH"
     )
-    parser.add_argument("--quora-dir", default=f"{data_root}/quora")
-    parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
-    parser.add_argument("--teacher", default="all-mpnet-base-v2")
-    parser.add_argument("--teacher-vectors", help=".npy of teacher vectors (+ .json with corpus_sha256).")
-    parser.add_argument("--teacher-batch-size", type=int, default=16)
+    add_model_args(parser, data_root, one_bundle=False)
     parser.add_argument("--distractors", type=int, default=0)
     parser.add_argument(
         "--distractor-corpus", default=f"{data_root}/unlabeled/enwiki2015_1m_sentences.txt.gz"
     )
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--nlist", type=int, default=1024)
+    add_ivf_args(parser)  # --seed: the first of the seeds
+    parser.add_argument("--seeds", type=int, default=10, help="IVF trainings: seeds --seed, --seed + 1, ...")
     parser.add_argument("--nprobe", type=int, default=5)
-    parser.add_argument("--train-sample", type=int, default=65_536)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--teacher-ivf", action="store_true", help="also the teacher's IVF at each seed")
     parser.add_argument("--out", default="bench/results/ivf_seeds.json")
     args = parser.parse_args(argv)
@@ -115,14 +117,13 @@ def main(argv: list[str] | None = None) -> None:
     for name, path in bundles.items():
         encoder = Encoder(path, variant=args.variant, threads=args.threads)
         vectors[name] = encoder.encode(data.corpus, progress=name)
-    seeds = list(range(args.seeds))
-    teacher_exact = exact_mrr(vectors["teacher"], data)
+    seeds = list(range(args.seed, args.seed + args.seeds))
     names = list(bundles) + (["teacher"] if args.teacher_ivf else [])
-    ivf = {name: [ivf_mrr(vectors[name], data, args, seed) for seed in seeds] for name in names}
-    reference = ivf[next(iter(bundles))]
+    found = {name: search_mrrs(v, data, args, seeds if name in names else []) for name, v in vectors.items()}
+    teacher_exact = found["teacher"][0]
+    reference = found[next(iter(bundles))][1]
     rows = {
-        name: {"exact": exact_mrr(vectors[name], data), "ivf": ivf[name]}
-        | vars(summarise(ivf[name], reference))
+        name: {"exact": found[name][0], "ivf": found[name][1]} | vars(summarise(found[name][1], reference))
         for name in names
     }
     result = {

@@ -252,10 +252,14 @@ def one_thread_ratio(pair: list[SearchSpec], k: int, rounds: int) -> dict:
     }
 
 
-def add_model_args(parser: argparse.ArgumentParser, data_root: str, bundle_required: bool = True) -> None:
-    """The Quora data, the student bundle and the teacher: shared with bench/ivf_width.py."""
+def add_model_args(
+    parser: argparse.ArgumentParser, data_root: str, bundle_required: bool = True, one_bundle: bool = True
+) -> None:
+    """The Quora data, the student bundle (``one_bundle``) and the teacher: shared with
+    bench/ivf_width.py and bench/ivf_seeds.py (which takes several bundles)."""
     parser.add_argument("--quora-dir", default=f"{data_root}/quora")
-    parser.add_argument("--bundle", required=bundle_required, help="Student bundle (export output).")
+    if one_bundle:
+        parser.add_argument("--bundle", required=bundle_required, help="Student bundle (export output).")
     parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
     parser.add_argument("--teacher", default="all-mpnet-base-v2")
     parser.add_argument("--teacher-vectors", help=".npy of teacher vectors (+ .json with corpus_sha256).")

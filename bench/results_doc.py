@@ -104,6 +104,14 @@ def run_info(script: str, argv: Sequence[str]) -> dict[str, str]:
     }
 
 
+def named_path(text: str) -> tuple[str, str]:
+    """A ``NAME=PATH`` command-line value (``--bundle default=models/default``)."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"want NAME=DIR, got {text!r}")
+    return name, path
+
+
 def repo_path(path: str | Path) -> str:
     """``path`` relative to the repository when it is inside it, else as given."""
     resolved = Path(path).resolve()

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
+from results_doc import add_doc_args, markdown_table, named_path, publish, publish_saved, run_info  # noqa: E402
 
 from training.data.pairs import NLIPair, Pair, read_quora_pairs, read_senteval_snli  # noqa: E402
 from training.data.sts import STSPair, distinct_sentences, read_stsb_by_genre  # noqa: E402
@@ -234,13 +234,6 @@ def snli_trained(path: str) -> bool:
             if any("snli" in data.lower() for data in finetune_data(json.loads(source.read_text()))):
                 return True
     return False
-
-
-def named_path(text: str) -> tuple[str, str]:
-    name, sep, path = text.partition("=")
-    if not sep or not name or not path:
-        raise argparse.ArgumentTypeError(f"want NAME=DIR, got {text!r}")
-    return name, path
 
 
 def short_genre(genre: str) -> str:

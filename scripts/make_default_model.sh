@@ -21,8 +21,8 @@ ckpt, bundle, out = (Path(p) for p in sys.argv[1:])
 read = lambda folder: json.loads((Path(folder) / "manifest.json").read_text())
 train, made = read(ckpt), read(bundle)
 soup = "average" in train  # distilembed average: a model soup (of fine-tuned checkpoints, here)
-ingredients = [Path(p) for p in train["average"]["chosen"]] if soup else [ckpt]
-first = read(ingredients[0])
+ingredients = {Path(p): read(p) for p in train["average"]["chosen"]} if soup else {ckpt: train}
+first = next(iter(ingredients.values()))
 provenance = {
     "checkpoint": str(ckpt),
     "bundle": str(bundle),
@@ -37,11 +37,11 @@ if "whiten" in first:  # distilembed whiten: a partial whitening folded into the
     white = first["whiten"]
     provenance["whiten"] = {k: white[k] for k in ("power", "corpus", "sentences", "texts_sha256", "candidates")}
     provenance["whiten"]["source_checkpoint"] = white["source"]["path"]
-    target = first["finetune"]["source"]["path"] if "finetune" in first else ingredients[0]
+    target = first["finetune"]["source"]["path"] if "finetune" in first else next(iter(ingredients))
     provenance["made_by"].append(f"distilembed whiten {white['source']['path']} --out {target}")
 tunes = []
-for path in ingredients:  # distilembed finetune: supervised NLI fine-tuning of the checkpoint above
-    if "finetune" not in (manifest := read(path)):
+for path, manifest in ingredients.items():  # distilembed finetune: NLI fine-tuning of the checkpoint above
+    if "finetune" not in manifest:
         continue
     tune = manifest["finetune"]
     keep = ("data", "triplets", "loss", "tau", "lr", "batch_size", "steps", "best_step", "best_dev_spearman")
