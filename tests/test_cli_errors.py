@@ -75,6 +75,7 @@ def not_a_checkpoint(tmp_path: Path) -> Path:
         (["train", "--max-steps", "0", "--out", "{tmp}/run"], "--max-steps must be positive"),
         (["train", "--teacher-batch-size", "0", "--out", "{tmp}/run"], "--teacher-batch-size must be"),
         (["train", "--seed", "-1", "--out", "{tmp}/run"], "--seed must be in [0, 2**32)"),
+        (["train", "--patience", "-1", "--out", "{tmp}/run"], "--patience must be >= 0"),
         (["train", "--layers", "99", "--out", "{tmp}/run"], "has 6 layers"),
         (["eval", "--model", "all-MiniLM-L6-v2", "--device", "nope"], "--device 'nope'"),
     ],

@@ -48,6 +48,7 @@ def test_finetune_writes_a_checkpoint_with_the_sources_provenance(
     info = manifest["finetune"]
     assert info["source"]["files"] == first["files"]  # the source as it was, by hash
     assert info["steps"] == 4 and info["best_step"] in {0, 2, 4} and info["loss"] == "simcse-eq7"
+    assert info["stopped_early"] is False  # no --patience: the run goes to its last step
     assert info["triplets"] == 40 and info["triplets_excluded"] == 0 and info["lr"] == pytest.approx(1e-3)
     # Step 0 is a candidate, so the result never scores below its source on dev.
     assert info["best_dev_spearman"] >= info["source_dev_spearman"]
@@ -116,6 +117,7 @@ def test_an_interrupted_run_needs_resume_and_finishes_with_it(
         ({"finetune_temperature": -1.0}, "simcse", "--finetune-temperature must be positive"),
         ({"finetune_data": "nli/missing.csv"}, "simcse", "missing.csv"),
         ({"matryoshka_weights": [1, 2]}, "simcse", "needs a Matryoshka student"),
+        ({"finetune_patience": -1}, "simcse", "--finetune-patience must be >= 0"),
     ],
 )
 def test_bad_settings_are_user_errors(

@@ -12,7 +12,7 @@ class InterruptedRunError(Exception):
     pass
 
 
-def _setup(tiny_bert, workdir, fail_at: int | None = None):
+def _setup(tiny_bert, workdir, fail_at: int | None = None, patience: int = 0, dev_sign: float = -1.0):
     torch.manual_seed(0)
     student = build_student(str(tiny_bert), dim=4, max_seq_len=24)
     texts = tiny_sentences(48)
@@ -29,10 +29,12 @@ def _setup(tiny_bert, workdir, fail_at: int | None = None):
 
     def dev_score(model):
         dev_calls.append(1)
-        return -float(len(dev_calls))  # first evaluation is best
+        return dev_sign * float(len(dev_calls))  # -1: the first evaluation is best; +1: each beats the last
 
     lengths = np.array([len(t) for t in texts])
-    cfg = LoopConfig(batch_size=8, lr=1e-3, epochs=2, eval_every=4, save_every=2, log_every=1, seed=3)
+    cfg = LoopConfig(
+        batch_size=8, lr=1e-3, epochs=2, eval_every=4, save_every=2, log_every=1, seed=3, patience=patience
+    )
     return student, Trainer(
         student, batch_loss, lengths=lengths, cfg=cfg, workdir=workdir, dev_score=dev_score
     )
@@ -65,6 +67,24 @@ def test_best_checkpoint_kept(tiny_bert, tmp_path) -> None:
     assert state.best_step == 0 and state.best_dev == -1.0
     assert (trainer.best_dir / "modules.json").is_file()
     assert [p["step"] for p in state.curve if "dev_spearman" in p] == [0, 4, 8, 12]
+
+
+def test_patience_stops_after_evaluations_without_a_new_best(tiny_bert, tmp_path) -> None:
+    _, trainer = _setup(tiny_bert, tmp_path / "w", patience=2)
+    state = trainer.run()
+    # Dev falls at every evaluation: steps 4 and 8 are the two without a new best, so step 8 ends it.
+    assert state.stopped_early and state.step == 8 and state.best_step == 0
+    assert [p["step"] for p in state.curve if "dev_spearman" in p] == [0, 4, 8]
+    # The stop is saved: resuming the stopped run trains no further.
+    _, again = _setup(tiny_bert, tmp_path / "w", patience=2)
+    resumed = again.run(resume=True)
+    assert resumed.stopped_early and resumed.step == 8 and resumed.curve == state.curve
+
+
+def test_patience_never_stops_a_run_that_keeps_improving(tiny_bert, tmp_path) -> None:
+    _, trainer = _setup(tiny_bert, tmp_path / "w", patience=1, dev_sign=1.0)
+    state = trainer.run()
+    assert not state.stopped_early and state.step == 12 and state.best_step == 12
 
 
 def test_length_grouped_batches_cover_everything_once() -> None:

@@ -18,6 +18,7 @@ DataDir = Annotated[
     Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR", help="Root that relative data paths are read from."),
 ]
 BACKEND_HELP = "Teacher runtime: auto (onnx on a CPU, torch on a GPU) | torch | onnx."
+PATIENCE_HELP = "Stop after this many STS-B dev evaluations without a new best (0: never)."
 NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
 
 
@@ -96,6 +97,7 @@ def train_command(
     max_steps: Annotated[int | None, Opt()] = None,
     eval_every: Annotated[int | None, Opt(help="Steps between STS-B dev evaluations.")] = None,
     save_every: Annotated[int | None, Opt(help="Steps between resumable snapshots.")] = None,
+    patience: Annotated[int | None, Opt(help=PATIENCE_HELP)] = None,
     keep_snapshots: Annotated[
         bool | None,
         Opt(
@@ -161,6 +163,7 @@ def train_command(
     finetune_batch_size: Annotated[int | None, Opt(help="Stage-2 batch size (triplets).")] = None,
     finetune_max_steps: Annotated[int | None, Opt(help="Stage-2 step cap.")] = None,
     finetune_eval_every: Annotated[int | None, Opt(help="Stage-2 steps between dev evaluations.")] = None,
+    finetune_patience: Annotated[int | None, Opt(help="Stage-2 --patience.")] = None,
     finetune_temperature: Annotated[float | None, Opt(help="Stage-2 temperature (0.05).")] = None,
     data_dir: DataDir = None,
     resume: Annotated[bool, Opt(help="Continue an interrupted run from its last snapshot.")] = False,
@@ -307,6 +310,7 @@ def finetune_command(
     batch_size: Annotated[int, Opt(help="Triplets per step.")] = 64,
     max_steps: Annotated[int | None, Opt(help="Step cap.")] = None,
     eval_every: Annotated[int, Opt(help="Steps between STS-B dev evaluations (and snapshots).")] = 10,
+    patience: Annotated[int, Opt(help=PATIENCE_HELP)] = 0,
     temperature: Annotated[float, Opt(help="Contrastive temperature.")] = 0.05,
     seed: Annotated[int, Opt(help="Shuffling seed (the stage adds 1, as in train).")] = 42,
     device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
@@ -325,6 +329,7 @@ def finetune_command(
         "finetune_batch_size": batch_size,
         "finetune_max_steps": max_steps,
         "finetune_eval_every": eval_every,
+        "finetune_patience": patience,
         "finetune_temperature": temperature,
         "seed": seed,
         "device": device,

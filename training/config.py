@@ -61,6 +61,7 @@ class TrainConfig:
     max_steps: int | None = None
     eval_every: int = 500
     save_every: int = 500
+    patience: int = 0  # early stopping: dev evaluations without a new best; 0: never
     # Keep the student of every dev evaluation in OUT.snapshots/<stage>/step-N (distilembed average).
     keep_snapshots: bool = False
     seed: int = 42
@@ -103,6 +104,7 @@ class TrainConfig:
     finetune_batch_size: int = 128
     finetune_max_steps: int | None = None
     finetune_eval_every: int = 25
+    finetune_patience: int = 0
     finetune_temperature: float = 0.05
 
     def validate(self) -> TrainConfig:
@@ -112,9 +114,11 @@ class TrainConfig:
         if unknown:
             raise UserError(f"unknown augmentation {sorted(unknown)} (known: {', '.join(AUGMENTATIONS)})")
         positive = ("dim", "n_sentences", "batch_size", "max_seq_len", "eval_every", "save_every")
-        for name in (*positive, "teacher_batch_size"):
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be positive")
+        least = {**dict.fromkeys((*positive, "teacher_batch_size"), 1), "patience": 0, "finetune_patience": 0}
+        for name, floor in least.items():
+            if getattr(self, name) < floor:
+                must = "be positive" if floor else "be >= 0 (0: no early stopping)"
+                raise UserError(f"--{name.replace('_', '-')} must {must}")
         for name in ("max_steps", "finetune_max_steps"):  # None: as many as the epochs take
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be positive (leave it out for no cap)")

@@ -34,6 +34,7 @@ FINETUNE_FIELDS = (
     "finetune_batch_size",
     "finetune_max_steps",
     "finetune_eval_every",
+    "finetune_patience",
     "finetune_temperature",
     "seed",
     "device",

@@ -199,6 +199,7 @@ def stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
         "steps": state.step,
         "best_step": state.best_step,
         "best_dev_spearman": round(state.best_dev, 2),
+        "stopped_early": state.stopped_early,
         "train_seconds": round(state.seconds, 2),
         "examples": len(stage.lengths),
         "batch_size": stage.loop.batch_size,

@@ -46,6 +46,7 @@ class LoopConfig:
     log_every: int = 20
     grad_clip: float = 1.0
     seed: int = 42
+    patience: int = 0  # stop after this many dev evaluations without a new best; 0: never
 
 
 @dataclass
@@ -55,6 +56,7 @@ class LoopState:
     best_step: int = -1
     curve: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
+    stopped_early: bool = False
 
 
 def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int) -> list[list[int]]:
@@ -172,6 +174,13 @@ class Trainer:
             "resumed at step %d/%d (best dev %.2f)", self.state.step, self.total_steps, self.state.best_dev
         )
 
+    def out_of_patience(self) -> bool:
+        """``patience`` dev evaluations in a row have not beaten the best (early stopping)."""
+        if self.cfg.patience <= 0:
+            return False
+        since_best = [p for p in self.state.curve if "dev_spearman" in p and p["step"] > self.state.best_step]
+        return len(since_best) >= self.cfg.patience
+
     # --- loop ----------------------------------------------------------------------
     def _evaluate(self) -> None:
         if self.dev_score is None:
@@ -220,7 +229,7 @@ class Trainer:
         bar = tqdm(
             total=self.total_steps, initial=self.state.step, desc="train", unit="step", dynamic_ncols=True
         )
-        while self.state.step < self.total_steps:
+        while self.state.step < self.total_steps and not self.state.stopped_early:
             epoch, offset = divmod(self.state.step, self.batches_per_epoch)
             batches = length_grouped_batches(self.lengths, self.cfg.batch_size, self.cfg.seed + epoch)
             for batch in batches[offset:]:
@@ -241,6 +250,9 @@ class Trainer:
                 done = self.state.step == self.total_steps
                 if self.state.step % self.cfg.eval_every == 0 or done:
                     self._evaluate()
+                    if not done and self.out_of_patience():
+                        log.info("no better STS-B dev in %d evaluations: stopping early", self.cfg.patience)
+                        self.state.stopped_early = done = True
                 if self.state.step % self.cfg.save_every == 0 or done:
                     self.state.seconds = time.perf_counter() - start
                     self.save_state()

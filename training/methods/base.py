@@ -67,6 +67,7 @@ def distill_loop(cfg: TrainConfig) -> LoopConfig:
         eval_every=cfg.eval_every,
         save_every=cfg.save_every,
         seed=cfg.seed,
+        patience=cfg.patience,
     )
 
 
@@ -81,6 +82,7 @@ def finetune_loop(cfg: TrainConfig) -> LoopConfig:
         eval_every=cfg.finetune_eval_every,
         save_every=cfg.finetune_eval_every,
         seed=cfg.seed + 1,
+        patience=cfg.finetune_patience,
     )
 
 
