@@ -76,6 +76,17 @@ def test_finetune_moves_the_weights_and_keeps_the_best_dev_step(
     assert moved == (best != 0)
 
 
+def test_one_command_twice_is_the_same_run(source: Path, nli_data: Path, tmp_path: Path) -> None:
+    """``--seed`` seeds dropout as well as the data order, so a recipe repeats itself exactly."""
+    curves = []
+    for name in ("a", "b"):
+        finetune_checkpoint(source, tmp_path / name, SETTINGS, data_dir=str(nli_data))
+        curves.append(json.loads((tmp_path / name / "training_curve.json").read_text()))
+    losses = [[p["loss"] for p in curve if "loss" in p and p.get("stage") == "finetune"] for curve in curves]
+    assert losses[0] and losses[0] == losses[1]
+    assert curves[0] == curves[1]
+
+
 def test_a_matryoshka_student_is_fine_tuned_at_its_widths(
     tiny_teacher: Path, tiny_bert: Path, nli_data: Path, tmp_path: Path
 ) -> None:

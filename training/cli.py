@@ -312,7 +312,7 @@ def finetune_command(
     eval_every: Annotated[int, Opt(help="Steps between STS-B dev evaluations (and snapshots).")] = 10,
     patience: Annotated[int, Opt(help=PATIENCE_HELP)] = 0,
     temperature: Annotated[float, Opt(help="Contrastive temperature.")] = 0.05,
-    seed: Annotated[int, Opt(help="Shuffling seed (the stage adds 1, as in train).")] = 42,
+    seed: Annotated[int, Opt(help="Seed of dropout and the data order (as in train).")] = 42,
     device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
     sts_dir: Annotated[str, Opt(help="STS data (default: <data-dir>/sts).")] = "sts",
     data_dir: DataDir = None,

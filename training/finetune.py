@@ -77,6 +77,7 @@ def finetune_checkpoint(
     ``finetune_*`` fields (and seed, device, sts_dir, a Matryoshka student's ``matryoshka_weights``
     over its trained widths); its ``exclude_text`` adds to the source's.
     Returns the written manifest."""
+    import torch
     from sentence_transformers import SentenceTransformer
 
     from training.methods.finetune import nli_finetune_stage
@@ -101,6 +102,7 @@ def finetune_checkpoint(
     cfg = replace(base, **overrides, exclude_text=excluded).validate()
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     workdir = prepare_dirs(cfg, out, resume, overwrite)
+    torch.manual_seed(cfg.seed)  # dropout: without it two runs of one command differ
     clock, device, widths = StageClock(), resolve_device(cfg.device), cfg.widths()
     with clock.stage("data"):
         student = SentenceTransformer(str(source), device=device)
