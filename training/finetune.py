@@ -24,7 +24,7 @@ from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
 from training.data.sts import load_stsb_split
-from training.pipeline import StageClock, dev_scorer, final_scores, prepare_dirs, run_stages, stage_report
+from training.pipeline import StageClock, dev_scorer, final_scores, run_stages, stage_report, start_run
 from training.trainer import remove_workdir, resolve_device
 
 FINETUNE_FIELDS = (
@@ -77,7 +77,6 @@ def finetune_checkpoint(
     ``finetune_*`` fields (and seed, device, sts_dir, a Matryoshka student's ``matryoshka_weights``
     over its trained widths); its ``exclude_text`` adds to the source's.
     Returns the written manifest."""
-    import torch
     from sentence_transformers import SentenceTransformer
 
     from training.methods.finetune import nli_finetune_stage
@@ -101,8 +100,7 @@ def finetune_checkpoint(
             )
     cfg = replace(base, **overrides, exclude_text=excluded).validate()
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
-    workdir = prepare_dirs(cfg, out, resume, overwrite)
-    torch.manual_seed(cfg.seed)  # dropout: without it two runs of one command differ
+    workdir = start_run(cfg, out, resume, overwrite)
     clock, device, widths = StageClock(), resolve_device(cfg.device), cfg.widths()
     with clock.stage("data"):
         student = SentenceTransformer(str(source), device=device)

@@ -89,6 +89,14 @@ def prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> 
     return workdir
 
 
+def start_run(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Path:
+    """The run's work directory (:func:`prepare_dirs`), with torch seeded by ``cfg.seed``: the
+    student's new layers and dropout then repeat from one run of a command to the next."""
+    workdir = prepare_dirs(cfg, out, resume, overwrite)
+    torch.manual_seed(cfg.seed)
+    return workdir
+
+
 def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:
     pairs = load_stsb_split(sts_dir, split)
     return pairs, distinct_sentences(pairs)
@@ -252,8 +260,7 @@ def run_training(
     corpus_path = resolve_data_path(cfg.corpus, data_dir)
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     _check_models(cfg)
-    workdir = prepare_dirs(cfg, out, resume, overwrite)
-    torch.manual_seed(cfg.seed)
+    workdir = start_run(cfg, out, resume, overwrite)
 
     with clock.stage("data"):
         text = training_text(cfg, data_dir)

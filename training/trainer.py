@@ -178,8 +178,8 @@ class Trainer:
         """``patience`` dev evaluations in a row have not beaten the best (early stopping)."""
         if self.cfg.patience <= 0:
             return False
-        since_best = [p for p in self.state.curve if "dev_spearman" in p and p["step"] > self.state.best_step]
-        return len(since_best) >= self.cfg.patience
+        curve, best = self.state.curve, self.state.best_step
+        return sum("dev_spearman" in p and p["step"] > best for p in curve) >= self.cfg.patience
 
     # --- loop ----------------------------------------------------------------------
     def _evaluate(self) -> None:
