@@ -11,6 +11,7 @@ gzipped tar stream, split into ``part_NN`` files grouped into folders ``p1``, ``
 ``python3 scripts/gpu_pack.py unpack PARTS_DIR OUT_DIR`` rebuilds float32 model folders.
 
     python scripts/gpu_pack.py pack --out .gpu --n-sentences 100000
+    python scripts/gpu_pack.py pack --teacher none --student none --n-sentences 0 --model mrl=runs/mrl
 
 The tracked tree travels with every call too: 56 MiB of parts leave room for it only while
 models/default/model.int8.onnx (22 MB) is moved out of the checkout for the calls.
@@ -124,10 +125,15 @@ def pack(args: argparse.Namespace) -> None:
     data = Path(args.data_dir)
     stream = out / "stream.tar.gz"
     with tarfile.open(stream, "w:gz", compresslevel=6) as tar:
-        _add_model(tar, Path(resolve_model(args.teacher)), "teacher", int8=True)
-        _add_model(tar, Path(resolve_model(args.student)), "student", int8=False)
-        corpus = data / args.corpus
-        _add_bytes(tar, f"data/{args.corpus}", _first_sentences(corpus, args.n_sentences))
+        if args.teacher != "none":
+            _add_model(tar, Path(resolve_model(args.teacher)), "teacher", int8=True)
+        if args.student != "none":
+            _add_model(tar, Path(resolve_model(args.student)), "student", int8=False)
+        for name, folder in (spec.split("=", 1) for spec in args.model):
+            _add_model(tar, Path(folder), f"models/{name}", int8=False)
+        if args.n_sentences:
+            corpus = data / args.corpus
+            _add_bytes(tar, f"data/{args.corpus}", _first_sentences(corpus, args.n_sentences))
         for rel in DATA:
             tar.add(data / rel, arcname=f"data/{rel}")
         for wheel in _wheels(out / "wheels"):
@@ -157,7 +163,7 @@ def unpack(args: argparse.Namespace) -> None:
     reader = _Concat(parts)
     with tarfile.open(fileobj=reader, mode="r|gz") as tar:
         tar.extractall(out, filter="data")
-    for model in ("teacher", "student"):
+    for model in ("teacher", "student", "models"):
         for path in (out / model).rglob("*.safetensors"):
             save_file(dequantize_rows(load_file(path)), path)
     print("unpacked", sorted(p.name for p in out.iterdir()))
@@ -191,11 +197,18 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pack")
     p.add_argument("--out", default=".gpu")
-    p.add_argument("--teacher", default="all-mpnet-base-v2")
-    p.add_argument("--student", default="all-MiniLM-L6-v2")
+    p.add_argument("--teacher", default="all-mpnet-base-v2", help="none: no teacher")
+    p.add_argument("--student", default="all-MiniLM-L6-v2", help="none: no student init")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="a checkpoint, as float16, into models/NAME",
+    )
     p.add_argument("--data-dir", default="../shared/data")
     p.add_argument("--corpus", default="unlabeled/enwiki2015_1m_sentences.txt.gz")
-    p.add_argument("--n-sentences", type=int, default=100_000)
+    p.add_argument("--n-sentences", type=int, default=100_000, help="0: no corpus")
     p.add_argument("--piece-mib", type=int, default=14)
     p.add_argument("--call-mib", type=int, default=56, help="MiB per folder (one call's carry)")
     u = sub.add_parser("unpack")

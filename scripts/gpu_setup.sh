@@ -40,7 +40,7 @@ gpu_train_first() {  # NAME FLAGS...: start a run, return once it has filled the
 
 gpu_collect() {  # NAME: pack the logs, manifests and curves of the runs in $W/NAME into $RESULT/NAME.tar.gz
   (cd "$W" && tar -czf "$RESULT/$1.tar.gz" --ignore-failed-read "$1/logs" "$1"/*/manifest.json \
-    "$1"/*/training_curve.json "$1"/*.partial/training_curve.json 2>/dev/null)
+    "$1"/*/training_curve.json "$1"/*.partial/training_curve.json "$1"/*/eval.json 2>/dev/null)
   ls -la "$RESULT"
 }
 

@@ -3,9 +3,11 @@ import pytest
 import torch
 
 from tests.tiny_models import tiny_sentences
+from training.config import TrainConfig
 from training.losses.hpd import hpd_loss
+from training.methods.base import distill_loop, finetune_loop
 from training.student import build_student, projected_embeddings
-from training.trainer import LoopConfig, Trainer, length_grouped_batches
+from training.trainer import LoopConfig, Trainer, autocast_dtype, length_grouped_batches
 
 
 class InterruptedRunError(Exception):
@@ -114,3 +116,12 @@ def test_frozen_embeddings_do_not_move(tiny_bert, tmp_path) -> None:
     Trainer(student, batch_loss, lengths=np.array([len(t) for t in texts]), cfg=cfg, workdir=tmp_path).run()
     assert torch.equal(words, before)
     assert not torch.equal(student[2].linear.weight, dense_before)
+
+
+def test_amp_autocasts_only_on_a_gpu_and_no_amp_reaches_both_stages() -> None:
+    assert autocast_dtype("cpu", amp=True) is None
+    assert autocast_dtype("cuda", amp=False) is None
+    assert autocast_dtype("cuda:0", amp=False) is None
+    cfg = TrainConfig(amp=False)
+    assert distill_loop(cfg).amp is False and finetune_loop(cfg).amp is False
+    assert distill_loop(TrainConfig()).amp is True

@@ -19,6 +19,7 @@ DataDir = Annotated[
 ]
 BACKEND_HELP = "Teacher runtime: auto (onnx on a CPU, torch on a GPU) | torch | onnx."
 PATIENCE_HELP = "Stop after this many STS-B dev evaluations without a new best (0: never)."
+AMP_HELP = "Mixed precision (bf16 autocast) on a GPU; --no-amp trains in float32 there, as on a CPU."
 NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
 
 
@@ -107,6 +108,7 @@ def train_command(
     ] = None,
     seed: Annotated[int | None, Opt()] = None,
     device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
+    amp: Annotated[bool | None, Opt("--amp/--no-amp", help=AMP_HELP)] = None,
     sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
     queue_size: Annotated[
         int | None, Opt(help="Teacher memory bank (distilcse-ckd) / instance queue (congen) rows.")
@@ -314,6 +316,7 @@ def finetune_command(
     temperature: Annotated[float, Opt(help="Contrastive temperature.")] = 0.05,
     seed: Annotated[int, Opt(help="Seed of dropout and the data order (as in train).")] = 42,
     device: Annotated[str, Opt(help="auto | cpu | cuda")] = "auto",
+    amp: Annotated[bool, Opt("--amp/--no-amp", help=AMP_HELP)] = True,
     sts_dir: Annotated[str, Opt(help="STS data (default: <data-dir>/sts).")] = "sts",
     data_dir: DataDir = None,
     resume: Annotated[bool, Opt(help="Continue an interrupted run from its last snapshot.")] = False,
@@ -333,6 +336,7 @@ def finetune_command(
         "finetune_temperature": temperature,
         "seed": seed,
         "device": device,
+        "amp": amp,
         "sts_dir": sts_dir,
         "exclude_text": exclude_text or [],
         "matryoshka_weights": comma_list(matryoshka_weights, float, "--matryoshka-weights"),

@@ -66,6 +66,8 @@ class TrainConfig:
     keep_snapshots: bool = False
     seed: int = 42
     device: str = "auto"
+    # Mixed precision on a GPU (bf16 autocast); False trains in float32 there, as on a CPU.
+    amp: bool = True
     sts_dir: str = "sts"
     extra: dict[str, Any] = field(default_factory=dict)
     # Matryoshka (training/losses/matryoshka.py): the method's loss at each prefix width, widest

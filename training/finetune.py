@@ -38,6 +38,7 @@ FINETUNE_FIELDS = (
     "finetune_temperature",
     "seed",
     "device",
+    "amp",
     "sts_dir",
     "exclude_text",
     "matryoshka_weights",

@@ -47,6 +47,7 @@ class LoopConfig:
     grad_clip: float = 1.0
     seed: int = 42
     patience: int = 0  # stop after this many dev evaluations without a new best; 0: never
+    amp: bool = True  # bf16 autocast on a GPU; never on a CPU
 
 
 @dataclass
@@ -57,6 +58,13 @@ class LoopState:
     curve: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
     stopped_early: bool = False
+
+
+def autocast_dtype(device: str, amp: bool) -> torch.dtype | None:
+    """The autocast dtype of a training step: bf16 (fp16 without bf16) on a GPU with amp, else float32."""
+    if not amp or not device.startswith("cuda"):
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 def length_grouped_batches(lengths: np.ndarray, batch_size: int, seed: int) -> list[list[int]]:
@@ -117,9 +125,7 @@ class Trainer:
             self.optimizer, round(cfg.warmup_ratio * self.total_steps), self.total_steps
         )
         self.device = str(student.device)
-        self.amp_dtype = None
-        if self.device.startswith("cuda"):
-            self.amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        self.amp_dtype = autocast_dtype(self.device, cfg.amp)
         self.scaler = torch.amp.GradScaler(enabled=self.amp_dtype == torch.float16)
         self.state = LoopState()
 

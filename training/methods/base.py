@@ -68,6 +68,7 @@ def distill_loop(cfg: TrainConfig) -> LoopConfig:
         save_every=cfg.save_every,
         seed=cfg.seed,
         patience=cfg.patience,
+        amp=cfg.amp,
     )
 
 
@@ -83,6 +84,7 @@ def finetune_loop(cfg: TrainConfig) -> LoopConfig:
         save_every=cfg.finetune_eval_every,
         seed=cfg.seed + 1,
         patience=cfg.finetune_patience,
+        amp=cfg.amp,
     )
 
 
