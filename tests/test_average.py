@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from distilembed.errors import UserError
 from tests.tiny_models import make_tiny_sentence_model
-from training.average import average_checkpoints, average_state_dicts, own_dev
+from training.average import average_checkpoints, average_state_dicts, mixing_weights, own_dev
 
 PROBE = "embeddings.LayerNorm.bias"
 
@@ -25,6 +25,22 @@ def test_mean_of_float_tensors_on_a_hand_computed_case() -> None:
     out = average_state_dicts(states)
     assert torch.equal(out["w"], torch.tensor([2.0, 3.0]))
     assert torch.equal(out["ids"], ids)
+
+
+def test_weighted_mean_is_wise_ft_interpolation_on_a_hand_computed_case() -> None:
+    start, tuned = {"w": torch.tensor([0.0, 2.0])}, {"w": torch.tensor([4.0, 6.0])}
+    out = average_state_dicts([start, tuned], [0.25, 0.75])  # alpha 0.75 of the way to the fine-tuning
+    assert torch.allclose(out["w"], torch.tensor([3.0, 5.0]))
+    assert mixing_weights([1, 3], 2) == [0.25, 0.75]  # scaled to sum 1
+    assert mixing_weights(None, 4) == [0.25] * 4
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"), [([1.0], "1 values for 2"), ([-1.0, 2.0], ">= 0"), ([0, 0], "not all 0")]
+)
+def test_bad_weights_are_a_user_error(weights: list[float], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        mixing_weights(weights, 2)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +82,16 @@ def test_uniform_average_writes_a_loadable_checkpoint_with_the_mean(tmp_path: Pa
     assert SentenceTransformer(str(out), device="cpu").encode(["a cat ."]).shape == (1, 16)
 
 
+def test_weighted_average_writes_the_interpolation_and_records_its_weights(tmp_path: Path) -> None:
+    sources = [_checkpoint(tmp_path, "a", 0.0), _checkpoint(tmp_path, "b", 4.0)]
+    manifest = average_checkpoints(sources, tmp_path / "wise", weights=[3, 1])
+    assert _probe(tmp_path / "wise") == pytest.approx(1.0)
+    assert manifest["average"]["recipe"] == "weighted"
+    assert manifest["average"]["weights"] == [0.75, 0.25]
+    with pytest.raises(UserError, match="greedy soup chooses its own"):
+        average_checkpoints(sources, tmp_path / "g", score=_probe, greedy=True, weights=[1, 1])
+
+
 def test_greedy_soup_keeps_an_ingredient_only_when_the_score_does_not_drop(tmp_path: Path) -> None:
     # Score: closeness of the probe to 0.4. Own scores rank a (0) > b (1) > c (10). The soup a+b
     # (0.5) scores better than a alone and is kept; adding c (mean 3.67) scores worse and is dropped.
@@ -89,6 +115,13 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, run_cli) -> None:
     assert "checkpoint not found" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "o").exists()
+    other = _checkpoint(tmp_path, "b", 1.0)
+    for weights, message in (("1", "1 values for 2"), ("a,b", "--weights takes comma-separated floats")):
+        result = run_cli(
+            "average", str(real), str(other), "--out", str(tmp_path / "o"), "--no-dev", "--weights", weights
+        )
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr
 
 
 def test_keep_snapshots_saves_every_dev_evaluation_for_a_soup(

@@ -5,6 +5,12 @@ fine-tuned models improves accuracy without increasing inference time*, ICML 202
 
     theta_soup = (1 / |S|) * sum_{i in S} theta_i
 
+With weights w_i (summing to 1) the same mean is weighted; for two checkpoints, a start theta_0 and
+its fine-tuning theta_1, it is WiSE-FT's interpolation (Wortsman et al., *Robust fine-tuning of
+zero-shot models*, CVPR 2022, eq. 1):
+
+    theta_alpha = (1 - alpha) * theta_0 + alpha * theta_1
+
 The uniform soup takes every ingredient. The greedy soup ranks the ingredients by their own
 held-out score (STS-B dev here), starts from the best one and adds each next one only if the
 soup's score does not drop. Averaging the snapshots along the tail of one run is Stochastic Weight
@@ -33,11 +39,26 @@ NOT_COPIED = frozenset({"manifest.json", CURVE_JSON, CURVE_PNG})
 ScoreFn = Callable[[Path], float]
 
 
-def average_state_dicts(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The mean of each floating-point tensor over ``states``; other tensors (integer buffers such
-    as position ids) must agree and are taken as they are. Keys and shapes must match."""
+def mixing_weights(weights: Sequence[float] | None, n: int) -> list[float]:
+    """``weights`` (one per checkpoint, >= 0, not all 0) scaled to sum to 1; None: uniform."""
+    if weights is None:
+        return [1.0 / n] * n
+    if len(weights) != n:
+        raise UserError(f"--weights has {len(weights)} values for {n} checkpoints")
+    if any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise UserError(f"--weights must be >= 0 and not all 0, got {list(weights)}")
+    return [w / sum(weights) for w in weights]
+
+
+def average_state_dicts(
+    states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float] | None = None
+) -> dict[str, torch.Tensor]:
+    """The mean (weighted by ``weights``, see :func:`mixing_weights`) of each floating-point tensor
+    over ``states``; other tensors (integer buffers such as position ids) must agree and are taken
+    as they are. Keys and shapes must match."""
     if not states:
         raise UserError("nothing to average")
+    mix = mixing_weights(weights, len(states))
     first = states[0]
     out: dict[str, torch.Tensor] = {}
     for index, state in enumerate(states[1:], 1):
@@ -51,9 +72,9 @@ def average_state_dicts(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[st
                 raise UserError(f"{key}: shape {shapes}")
         if tensor.is_floating_point():
             total = torch.zeros_like(tensor, dtype=torch.float64)
-            for state in states:
-                total += state[key].to(torch.float64)
-            out[key] = (total / len(states)).to(tensor.dtype)
+            for state, w in zip(states, mix, strict=True):
+                total += w * state[key].to(torch.float64)
+            out[key] = total.to(tensor.dtype)
         else:
             if any(not torch.equal(state[key], tensor) for state in states[1:]):
                 raise UserError(f"{key}: non-float weights differ between checkpoints")
@@ -70,7 +91,7 @@ def _weight_files(folder: Path) -> list[str]:
     return files
 
 
-def write_average(sources: Sequence[Path], folder: Path) -> None:
+def write_average(sources: Sequence[Path], folder: Path, weights: Sequence[float] | None = None) -> None:
     """Write into ``folder`` the first source's files with every weight file averaged over ``sources``."""
     names = _weight_files(sources[0])
     for source in sources[1:]:
@@ -80,7 +101,7 @@ def write_average(sources: Sequence[Path], folder: Path) -> None:
         sources[0], folder, dirs_exist_ok=True, ignore=lambda _d, n: [x for x in n if x in NOT_COPIED]
     )
     for name in names:
-        averaged = average_state_dicts([load_file(str(source / name)) for source in sources])
+        averaged = average_state_dicts([load_file(str(source / name)) for source in sources], weights)
         save_file(averaged, str(folder / name), metadata={"format": "pt"})
 
 
@@ -141,15 +162,21 @@ def greedy_soup(
 def average_checkpoints(
     sources: Sequence[Path],
     out: Path,
+    *,
     score: ScoreFn | None = None,
     greedy: bool = False,
     overwrite: bool = False,
+    weights: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    """Average ``sources`` (all of them, or a greedy soup when ``greedy``) into the checkpoint ``out``."""
+    """Average ``sources`` (all of them, weighted by ``weights``, or a greedy soup when ``greedy``)
+    into the checkpoint ``out``."""
     if len(sources) < 2:
         raise UserError("give at least two checkpoints to average")
     if greedy and score is None:
         raise UserError("a greedy soup needs a dev score")
+    if greedy and weights is not None:
+        raise UserError("--weights sets the mix of every checkpoint; a greedy soup chooses its own")
+    mix = mixing_weights(weights, len(sources)) if weights is not None else None
     for source in sources:
         require_checkpoint(source)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -160,14 +187,15 @@ def average_checkpoints(
             # The greedy pass already scored the soup it kept: no second evaluation of the same weights.
             chosen, steps, soup_score = greedy_soup(sources, score, work)
         soup = work / "soup"
-        write_average(chosen, soup)
+        write_average(chosen, soup, mix)
         if score is not None and soup_score is None:
             soup_score = score(soup)
         first = read_manifest(chosen[0]) if (chosen[0] / "manifest.json").is_file() else {}
         manifest = {
             "method": "average",
             "average": {
-                "recipe": "greedy soup" if greedy else "uniform",
+                "recipe": "greedy soup" if greedy else "weighted" if mix else "uniform",
+                "weights": [round(w, 6) for w in mix] if mix else None,
                 "sources": [_source_record(s) for s in sources],
                 "chosen": [str(s) for s in chosen],
                 "greedy_steps": steps,

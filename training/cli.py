@@ -213,12 +213,16 @@ def average_command(
     greedy: Annotated[
         bool, Opt(help="Greedy soup: add checkpoints best-first, each only if STS-B dev does not drop.")
     ] = False,
+    weights: Annotated[
+        str | None,
+        Opt(help="One weight per checkpoint, comma-separated, scaled to sum 1 (WiSE-FT: 0.4,0.6)."),
+    ] = None,
     dev: Annotated[bool, Opt("--dev/--no-dev", help="Score STS-B dev (needed by --greedy).")] = True,
     sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
     data_dir: DataDir = None,
     overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
 ) -> None:
-    """Average the weights of checkpoints of one student (a uniform or greedy model soup)."""
+    """Average the weights of checkpoints of one student (a uniform, weighted or greedy model soup)."""
     from distilembed.paths import resolve_data_path
     from training.average import average_checkpoints
     from training.data.sts import load_stsb_split
@@ -233,7 +237,10 @@ def average_command(
         def score(path: Path) -> float:
             return evaluate_model_pairs(SentenceTransformer(str(path), device="cpu"), pairs)
 
-    manifest = average_checkpoints(checkpoints, out, score=score, greedy=greedy, overwrite=overwrite)
+    mix = comma_list(weights, float, "--weights")
+    manifest = average_checkpoints(
+        checkpoints, out, score=score, greedy=greedy, overwrite=overwrite, weights=mix
+    )
     summary = manifest["average"]
     typer.echo(
         f"{out}: {summary['recipe']} of {len(summary['chosen'])} of {len(checkpoints)} checkpoints, "
