@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,20 @@ def test_weighted_average_writes_the_interpolation_and_records_its_weights(tmp_p
     assert manifest["average"]["weights"] == [0.75, 0.25]
     with pytest.raises(UserError, match="greedy soup chooses its own"):
         average_checkpoints(sources, tmp_path / "g", score=_probe, greedy=True, weights=[1, 1])
+
+
+def test_a_soup_of_matryoshka_students_keeps_their_trained_widths(tmp_path: Path) -> None:
+    sources = [_checkpoint(tmp_path, "a", 0.0), _checkpoint(tmp_path, "b", 1.0)]
+    for source, weights in zip(sources, ([1, 1, 8], [0, 0, 1]), strict=True):
+        record = {"widths": [16, 8, 4], "weights": weights, "scores": {"8": {"STS-B": 80.0}}}
+        (source / "manifest.json").write_text(json.dumps({"kind": "checkpoint", "matryoshka": record}))
+    manifest = average_checkpoints(sources, tmp_path / "soup")
+    assert manifest["matryoshka"] == {
+        "widths": [16, 8, 4],
+        "weights": [1, 1, 8],
+    }  # the sources' scores dropped
+    (sources[1] / "manifest.json").write_text(json.dumps({"kind": "checkpoint"}))
+    assert "matryoshka" not in average_checkpoints(sources, tmp_path / "mixed")
 
 
 def test_greedy_soup_keeps_an_ingredient_only_when_the_score_does_not_drop(tmp_path: Path) -> None:

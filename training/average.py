@@ -126,6 +126,20 @@ def own_dev(manifest: dict[str, Any]) -> float | None:
     return None if value is None else float(value)
 
 
+def trained_widths(sources: Sequence[Path]) -> dict[str, Any] | None:
+    """The Matryoshka widths (and loss weights) every source was trained at, for the soup's manifest,
+    where ``export`` and the service read them; None when a source has none or they differ. The
+    sources' scores at each width are not carried: the soup has its own."""
+    records = []
+    for source in sources:
+        manifest = read_manifest(source) if (source / "manifest.json").is_file() else {}
+        record = manifest.get("matryoshka") or {}
+        records.append({key: record.get(key) for key in ("widths", "weights")})
+    if not records[0]["widths"] or any(r["widths"] != records[0]["widths"] for r in records):
+        return None
+    return records[0]
+
+
 def greedy_soup(
     sources: Sequence[Path], score: ScoreFn, workdir: Path
 ) -> tuple[list[Path], list[dict[str, Any]], float]:
@@ -191,6 +205,7 @@ def average_checkpoints(
         if score is not None and soup_score is None:
             soup_score = score(soup)
         first = read_manifest(chosen[0]) if (chosen[0] / "manifest.json").is_file() else {}
+        widths = trained_widths(chosen)
         manifest = {
             "method": "average",
             "average": {
@@ -205,5 +220,7 @@ def average_checkpoints(
             "student": first.get("student"),
             "config": first.get("config"),
         }
+        if widths is not None:
+            manifest["matryoshka"] = widths
         write_checkpoint(soup, out, manifest, curve=[], overwrite=overwrite)
     return read_manifest(out)
