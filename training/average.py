@@ -126,7 +126,7 @@ def own_dev(manifest: dict[str, Any]) -> float | None:
     return None if value is None else float(value)
 
 
-def trained_widths(sources: Sequence[Path]) -> dict[str, Any] | None:
+def common_matryoshka(sources: Sequence[Path]) -> dict[str, Any] | None:
     """The Matryoshka widths (and loss weights) every source was trained at, for the soup's manifest,
     where ``export`` and the service read them; None when a source has none or they differ. The
     sources' scores at each width are not carried: the soup has its own."""
@@ -205,7 +205,7 @@ def average_checkpoints(
         if score is not None and soup_score is None:
             soup_score = score(soup)
         first = read_manifest(chosen[0]) if (chosen[0] / "manifest.json").is_file() else {}
-        widths = trained_widths(chosen)
+        widths = common_matryoshka(chosen)
         manifest = {
             "method": "average",
             "average": {
