@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 from rich.table import Table
-from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT, ROOT / "bench"):
@@ -33,21 +32,14 @@ for path in (ROOT, ROOT / "bench"):
 from results_doc import run_info  # noqa: E402
 
 from training.average import average_state_dicts  # noqa: E402
-from training.data.sts import STSPair, read_stsb  # noqa: E402
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+from training.data.sts import STSPair, load_stsb_split  # noqa: E402
+from training.evaluation import evaluate_pairs, memoised, sentence_transformer_encoder, truncated  # noqa: E402
 
 
 def scores_by_width(model: Any, pairs: list[STSPair], widths: list[int]) -> dict[int, float]:
-    left = model.encode([p.sentence1 for p in pairs], batch_size=128)
-    right = model.encode([p.sentence2 for p in pairs], batch_size=128)
-    gold = [p.score for p in pairs]
-    return {
-        w: round(100 * float(spearmanr((unit(left[:, :w]) * unit(right[:, :w])).sum(1), gold).statistic), 2)
-        for w in widths
-    }
+    """STS ``pairs`` at each width, every sentence encoded once."""
+    encode = memoised(sentence_transformer_encoder(model, batch_size=128))
+    return {w: round(evaluate_pairs(truncated(encode, w), pairs), 2) for w in widths}
 
 
 def shares(scores: dict[int, float]) -> dict[int, float]:
@@ -77,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
 
     widths = [int(w) for w in args.widths.split(",")]
     min_shares = {int(w): float(s) for w, s in (item.split(":") for item in args.min_shares.split(","))}
-    sets = {split: read_stsb(Path(args.sts_dir) / f"sts-{split}.csv") for split in ("dev", "test")}
+    sets = {split: load_stsb_split(args.sts_dir, split) for split in ("dev", "test")}
     start = SentenceTransformer(args.start, device="cpu").state_dict()
     tuned = SentenceTransformer(args.tuned, device="cpu").state_dict()
     model = SentenceTransformer(args.start, device="cpu")
@@ -93,14 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     chosen = pick(rows, min_shares)
 
     table = Table(title=f"WiSE-FT from {args.start} (alpha 0) to {args.tuned} (alpha 1): STS-B, PyTorch")
-    for column in (
-        "alpha",
-        "dev " + " / ".join(map(str, widths)),
-        "dev mean",
-        "dev shares",
-        "test",
-        "test shares",
-    ):
+    by_width = " / ".join(map(str, widths))
+    for column in ("alpha", f"dev {by_width}", "dev mean", "dev shares", f"test {by_width}", "test shares"):
         table.add_column(column, justify="right")
     for r in rows:
         table.add_row(

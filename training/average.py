@@ -105,10 +105,13 @@ def write_average(sources: Sequence[Path], folder: Path, weights: Sequence[float
         save_file(averaged, str(folder / name), metadata={"format": "pt"})
 
 
-def _source_record(path: Path) -> dict[str, Any]:
+def _manifest_or_empty(path: Path) -> dict[str, Any]:
+    return read_manifest(path) if (path / "manifest.json").is_file() else {}
+
+
+def _source_record(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     record: dict[str, Any] = {"path": str(path), "files": sha256_tree(path)}
-    if (path / "manifest.json").is_file():
-        manifest = read_manifest(path)
+    if manifest:
         record["method"] = manifest.get("method")
         record["best_dev_spearman"] = own_dev(manifest)
     return record
@@ -126,13 +129,12 @@ def own_dev(manifest: dict[str, Any]) -> float | None:
     return None if value is None else float(value)
 
 
-def common_matryoshka(sources: Sequence[Path]) -> dict[str, Any] | None:
+def common_matryoshka(manifests: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The Matryoshka widths (and loss weights) every source was trained at, for the soup's manifest,
     where ``export`` and the service read them; None when a source has none or they differ. The
     sources' scores at each width are not carried: the soup has its own."""
     records = []
-    for source in sources:
-        manifest = read_manifest(source) if (source / "manifest.json").is_file() else {}
+    for manifest in manifests:
         record = manifest.get("matryoshka") or {}
         records.append({key: record.get(key) for key in ("widths", "weights")})
     if not records[0]["widths"] or any(r["widths"] != records[0]["widths"] for r in records):
@@ -204,14 +206,15 @@ def average_checkpoints(
         write_average(chosen, soup, mix)
         if score is not None and soup_score is None:
             soup_score = score(soup)
-        first = read_manifest(chosen[0]) if (chosen[0] / "manifest.json").is_file() else {}
-        widths = common_matryoshka(chosen)
+        manifests = {source: _manifest_or_empty(source) for source in sources}
+        first = manifests[chosen[0]]
+        widths = common_matryoshka([manifests[source] for source in chosen])
         manifest = {
             "method": "average",
             "average": {
                 "recipe": "greedy soup" if greedy else "weighted" if mix else "uniform",
                 "weights": [round(w, 6) for w in mix] if mix else None,
-                "sources": [_source_record(s) for s in sources],
+                "sources": [_source_record(s, manifests[s]) for s in sources],
                 "chosen": [str(s) for s in chosen],
                 "greedy_steps": steps,
                 "dev_spearman": round(soup_score, 2) if soup_score is not None else None,
