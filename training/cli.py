@@ -154,6 +154,10 @@ def train_command(
     student_arch: Annotated[
         str | None, Opt(help="transformer | simtde (compact token embeddings, last K layers) for any method.")
     ] = None,
+    head: Annotated[
+        str | None,
+        Opt(help="linear | mlp: the projection to --dim (mlp: a GELU layer, starting as the linear map)."),
+    ] = None,
     sentence_weight: Annotated[
         float | None, Opt(help="SimTDE sentence-term weight (default: --dim).")
     ] = None,

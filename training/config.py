@@ -9,6 +9,7 @@ from distilembed.errors import UserError
 from training.losses.matryoshka import Widths
 
 STUDENT_ARCHS = ("transformer", "simtde")
+HEADS = ("linear", "mlp")
 METHODS = ("hpd", "ibkd", "distilcse-kd", "distilcse-ckd", "simtde", "congen")
 TWO_STAGE = frozenset({"ibkd", "distilcse-kd", "distilcse-ckd"})
 AUGMENTATIONS = ("synonym", "deletion", "crop")
@@ -98,6 +99,9 @@ class TrainConfig:
     # The student's shape for any method: "transformer" (a layer-cut copy of --student) or "simtde"
     # (SimTDE's compact token embeddings + the last K layers); --method simtde always uses the latter.
     student_arch: str = "transformer"
+    # The projection to d after pooling: "linear" (one Dense) or "mlp" (Dense to 2h with GELU, then
+    # Dense to d; it starts as the linear head, training/student.py).
+    head: str = "linear"
     sentence_weight: float | None = None
     # Stage 2 of ibkd / distilcse-*: contrastive fine-tuning on NLI triplets (csv, SNLI dir or hf:ID).
     finetune_data: str = "nli/snli_devtest_triplets.csv"
@@ -174,6 +178,10 @@ class TrainConfig:
         if self.student_arch not in STUDENT_ARCHS:
             known = ", ".join(STUDENT_ARCHS)
             raise UserError(f"unknown --student-arch {self.student_arch!r} (known: {known})")
+        if self.head not in HEADS:
+            raise UserError(f"unknown --head {self.head!r} (known: {', '.join(HEADS)})")
+        if self.head != "linear" and (self.method == "simtde" or self.student_arch == "simtde"):
+            raise UserError("--head mlp is for the transformer student; SimTDE's keeps its linear head")
         self._validate_congen_fields()
 
     def _validate_congen_fields(self) -> None:

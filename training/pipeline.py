@@ -334,6 +334,7 @@ def run_training(
             "layers": student_layers(cfg),
             "params": count_parameters(best),
             "dim": cfg.dim,
+            "head": cfg.head,
             "max_seq_len": cfg.max_seq_len,
         },
         "data": {

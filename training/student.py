@@ -60,8 +60,10 @@ def build_student(
     max_seq_len: int = 128,
     device: str = "cpu",
     freeze_embeddings: bool = False,
+    head: str = "linear",
 ) -> SentenceTransformer:
-    """Transformer(init, first-K-spread layers) -> mean Pooling -> Dense(hidden, dim) -> Normalize."""
+    """Transformer(init, first-K-spread layers) -> mean Pooling -> the head -> Normalize, where the
+    head is Dense(hidden, dim) or, for ``head="mlp"``, :func:`mlp_head`'s two Dense layers."""
     path = resolve_model(init)
     try:
         transformer = models.Transformer(path, max_seq_length=max_seq_len)
@@ -86,10 +88,30 @@ def build_student(
         # trades a little flexibility for speed.
         transformer.auto_model.get_input_embeddings().weight.requires_grad_(False)
     pooling = models.Pooling(hidden, pooling_mode="mean")
-    dense = models.Dense(hidden, dim, bias=True, activation_function=nn.Identity())
+    projection = mlp_head(hidden, dim) if head == "mlp" else [linear_head(hidden, dim)]
+    return SentenceTransformer(modules=[transformer, pooling, *projection, models.Normalize()], device=device)
+
+
+def linear_head(n_in: int, dim: int) -> nn.Module:
+    dense = models.Dense(n_in, dim, bias=True, activation_function=nn.Identity())
     nn.init.xavier_uniform_(dense.linear.weight)
     nn.init.zeros_(dense.linear.bias)
-    return SentenceTransformer(modules=[transformer, pooling, dense, models.Normalize()], device=device)
+    return dense
+
+
+def mlp_head(hidden: int, dim: int) -> list[nn.Module]:
+    """Dense(hidden, 2 hidden, GELU) -> Dense(2 hidden, dim), able to start as a linear head.
+
+    GELU(x) - GELU(-x) = x Phi(x) + x Phi(-x) = x, so with the first weight [I; -I] the hidden layer
+    holds x exactly and a last weight [A, -A] computes A x: any linear head is a point of this one
+    (the ridge warm start finds at least as good a fit), and training can bend it. A narrow
+    Matryoshka prefix is otherwise a linear map of the pooled vector."""
+    expand = models.Dense(hidden, 2 * hidden, bias=True, activation_function=nn.GELU())
+    with torch.no_grad():
+        eye = torch.eye(hidden)
+        expand.linear.weight.copy_(torch.cat([eye, -eye]))
+        expand.linear.bias.zero_()
+    return [expand, linear_head(2 * hidden, dim)]
 
 
 def load_trained_weights(student: SentenceTransformer, checkpoint: str) -> None:
