@@ -48,6 +48,13 @@ def export_command(
     calibration_sentences: Annotated[
         int, Opt(min=1, help="Sentences of --calibration-corpus to calibrate on (its first N).")
     ] = 10_000,
+    reduce_range: Annotated[
+        bool,
+        Opt(
+            "--reduce-range/--full-range",
+            help="int8 graph weights in 7 bits (onnxruntime's advice without VNNI) or 8 (decision 52).",
+        ),
+    ] = False,
 ) -> None:
     """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch."""
     if ctx.invoked_subcommand is not None:
@@ -74,6 +81,7 @@ def export_command(
         overwrite=overwrite,
         calibration_texts=calibration_texts,
         calibration_source=calibration_corpus or "",
+        reduce_range=reduce_range,
     )
     calibrated = manifest.get("quantization", {}).get("int8_ranges", {})
     typer.echo(

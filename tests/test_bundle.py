@@ -35,6 +35,7 @@ def test_bundle_contents_and_manifest(bundle) -> None:
     assert set(manifest["files"]) == {"model.onnx", "model.int8.onnx", "tokenizer.json"}
     assert manifest["parity"]["fp32_min_cosine"] >= 0.9999
     assert manifest["pooling"] == "mean" and manifest["normalized"] is True
+    assert manifest["int8_weights"] == {"per_channel": True, "bits": 8}
 
 
 def test_encoder_matches_pytorch_on_mixed_lengths(bundle, checkpoint) -> None:
@@ -173,3 +174,17 @@ def test_calibrating_a_bundle_keeps_its_identity(tmp_path) -> None:
     atomic_write_json(tmp_path / "manifest.json", manifest | {"dim": 8})
     assert bundle_identity(tmp_path) != before
     assert bundle_identity(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(("reduce_range", "bound"), [(False, 127), (True, 64)])
+def test_reduce_range_quantises_weights_to_7_bits(bundle, tmp_path, reduce_range, bound) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    from export.bundle import quantize_graph
+
+    out = tmp_path / "model.int8.onnx"
+    quantize_graph(bundle / "model.onnx", out, reduce_range=reduce_range)
+    graph = onnx.load(str(out)).graph
+    weights = [numpy_helper.to_array(t) for t in graph.initializer if t.data_type == onnx.TensorProto.INT8]
+    assert weights and max(int(abs(w.astype(int)).max()) for w in weights) == bound
