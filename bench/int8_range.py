@@ -19,23 +19,17 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 from rich.table import Table
-from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from results_doc import named_path, run_info
 
 from export.bundle import quantize_graph
-from export.runtime import MODEL_FILES, Encoder
-from training.data.sts import read_stsb
+from export.runtime import MODEL_FILES, Encoder, cosines
+from training.data.sts import load_stsb_split
+from training.evaluation import spearman_x100
 
 SPLITS = ("dev", "test")
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 Pairs = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
@@ -44,8 +38,8 @@ def scores(vectors: Pairs, gold: dict[str, list[float]], dims: list[int]) -> dic
     for split, (left, right) in vectors.items():
         out[split] = {}
         for dim in dims:
-            cosine = (unit(left[:, :dim]) * unit(right[:, :dim])).sum(axis=1)
-            out[split][str(dim)] = round(100 * float(spearmanr(cosine, gold[split]).statistic), 2)
+            cosine = cosines(left[:, :dim], right[:, :dim])
+            out[split][str(dim)] = round(spearman_x100(cosine, gold[split]), 2)
     return out
 
 
@@ -58,13 +52,13 @@ def measure(bundle: Path, pairs: dict[str, Any], dims: list[int], scratch: Path)
 
     reference = encode(Encoder(bundle, "fp32", threads=os.cpu_count(), verify=False))
     rows: dict[str, Any] = {"fp32": {"spearman": scores(reference, gold, dims)}}
+    test_reference = np.concatenate(reference["test"])
     for name, reduce_range in (("int8 8-bit", False), ("int8 7-bit", True)):
         copy = scratch / name.replace(" ", "-")
-        shutil.copytree(bundle, copy, dirs_exist_ok=True)
+        shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns(MODEL_FILES["int8"]))
         quantize_graph(copy / MODEL_FILES["fp32"], copy / MODEL_FILES["int8"], reduce_range)
         got = encode(Encoder(copy, "int8", threads=os.cpu_count(), verify=False))
-        test_ref = np.concatenate(reference["test"])
-        cos = (unit(np.concatenate(got["test"])) * unit(test_ref)).sum(axis=1)
+        cos = cosines(np.concatenate(got["test"]), test_reference)
         rows[name] = {"spearman": scores(got, gold, dims), "mean_cosine_to_fp32": round(float(cos.mean()), 5)}
     return rows
 
@@ -79,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/int8_range.json")
     args = parser.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
-    pairs = {split: read_stsb(Path(args.sts_dir) / f"sts-{split}.csv") for split in SPLITS}
+    pairs = {split: load_stsb_split(args.sts_dir, split) for split in SPLITS}
     result: dict[str, Any] = {"dims": dims, "bundles": {}}
     table = Table(title="STS-B dev / test at each width: fp32 graph, int8 with 8-bit and 7-bit weights")
     for column in ("bundle", "graph", *(f"{s} {d}" for s in SPLITS for d in dims), "cos to fp32"):

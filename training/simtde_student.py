@@ -42,6 +42,7 @@ except ImportError:  # sentence-transformers < 5.7
 from torch import nn
 
 from distilembed.errors import UserError, first_line
+from training.student import linear_head
 from training.teachers import resolve_model
 
 
@@ -246,10 +247,8 @@ def build_simtde_student(
         source_module.tokenizer.save_pretrained(tmp)
         transformer = models.Transformer(tmp, max_seq_length=max_seq_len)
     pooling = models.Pooling(hidden, pooling_mode="mean")
-    dense = models.Dense(hidden, dim, bias=True, activation_function=nn.Identity())
-    nn.init.xavier_uniform_(dense.linear.weight)
-    nn.init.zeros_(dense.linear.bias)
-    return SentenceTransformer(modules=[transformer, pooling, dense, models.Normalize()], device=device)
+    head = linear_head(hidden, dim)
+    return SentenceTransformer(modules=[transformer, pooling, head, models.Normalize()], device=device)
 
 
 # --- what the pipeline's batch_loss needs -------------------------------------------------------
