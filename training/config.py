@@ -285,10 +285,16 @@ PRESETS["congen-ens-mpnet-cpu"] = replace(
     ensemble_teachers=("all-MiniLM-L6-v2:0.3",),
     exclude_text=("sts/stsbenchmark/sts-test.csv", "quora/quora_pairs_dev.tsv", "quora/quora_pairs_test.tsv"),
 )
-# models/default's recipe since stop 39 (decision 41): the ensemble recipe plus HPD's MSE on the PCA
-# targets (`ens-hpd1`: best STS-B dev 87.07), then `distilembed whiten` folds a partial whitening into
-# its Dense layer (dev 87.20).
-PRESETS["congen-ens-hpd-cpu"] = replace(PRESETS["congen-ens-mpnet-cpu"], hpd_weight=1.0)
+# models/default's first stage since stop 51 (decision 53): the ensemble recipe plus HPD's MSE on the
+# PCA targets, at lr 1e-4 with all-MiniLM-L6-v2 at 0.4 of the teacher (best STS-B dev 87.23); then
+# `distilembed whiten`, `finetune` and `average` (docs/training.md). Stops 39-50 trained it at lr 5e-5
+# with MiniLM at 0.3 (`ens-hpd1`, dev 87.07).
+PRESETS["congen-ens-hpd-cpu"] = replace(
+    PRESETS["congen-ens-mpnet-cpu"],
+    hpd_weight=1.0,
+    lr=1e-4,
+    ensemble_teachers=("all-MiniLM-L6-v2:0.4",),
+)
 # The Matryoshka recipe (decision 31, methods.md): the default's, at widths 128, 64, 32 weighted
 # 1, 2, 4, with ConGen's teacher distribution from the ensemble's own 1,152-d space (not its PCA cut to
 # each width) and lr 1e-4. 450 steps, 23 min of training on 2 cores: int8 STS-B test 82.95 / 82.03 /
