@@ -4,7 +4,8 @@
 # softer teacher (--teacher-temperature 0.1, `mrl-tt10` in docs/results.md) moved capacity from the
 # Matryoshka student's 128-d to its narrow widths without adding any at 32-d; this sweep asks the
 # same of milder and student-side changes, and of more text, on the Matryoshka recipe
-# (`--preset congen-ens-mrl-cpu`'s flags) and on the default's (`congen-ens-hpd-cpu`), 450 steps.
+# (`--preset congen-ens-mrl-cpu`'s flags) and on stop 50's default's (`--hpd-weight 1` on the
+# ensemble recipe at lr 5e-5), 450 steps.
 # Inputs: the parts of `python scripts/gpu_pack.py pack --n-sentences 40000` in /tmp/parts
 # (scripts/gpu_setup.sh).
 # Launch, in the last of the calls that copy those parts: bash scripts/gpu_detached.sh 420 scripts/gpu_temperature_job.sh
