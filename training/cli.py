@@ -94,6 +94,9 @@ def train_command(
     teacher_backend: Annotated[str | None, Opt(help=BACKEND_HELP)] = None,
     batch_size: Annotated[int | None, Opt()] = None,
     lr: Annotated[float | None, Opt()] = None,
+    layer_lr_decay: Annotated[
+        float | None, Opt(help="Each encoder layer trains at this times the rate of the one above (1: off).")
+    ] = None,
     epochs: Annotated[float | None, Opt()] = None,
     max_steps: Annotated[int | None, Opt()] = None,
     eval_every: Annotated[int | None, Opt(help="Steps between STS-B dev evaluations.")] = None,

@@ -57,6 +57,9 @@ class TrainConfig:
     teacher_backend: str = "auto"
     batch_size: int = 64
     lr: float = 1e-4
+    # Layer-wise learning-rate decay of stage 1 (training/layer_decay.py): each encoder layer trains at
+    # this times the rate of the one above it; 1: one rate for all.
+    layer_lr_decay: float = 1.0
     warmup_ratio: float = 0.05
     epochs: float = 1.0
     max_steps: int | None = None
@@ -182,6 +185,10 @@ class TrainConfig:
             raise UserError(f"unknown --head {self.head!r} (known: {', '.join(HEADS)})")
         if self.head != "linear" and (self.method == "simtde" or self.student_arch == "simtde"):
             raise UserError("--head mlp is for the transformer student; SimTDE's keeps its linear head")
+        if not 0 < self.layer_lr_decay <= 1:
+            raise UserError(f"--layer-lr-decay must be in (0, 1], got {self.layer_lr_decay}")
+        if self.layer_lr_decay != 1 and (self.method == "simtde" or self.student_arch == "simtde"):
+            raise UserError("--layer-lr-decay is for the transformer student, not SimTDE's")
         self._validate_congen_fields()
 
     def _validate_congen_fields(self) -> None:

@@ -20,7 +20,7 @@ from distilembed.errors import UserError, first_line
 from training.teachers import resolve_model
 
 
-def _encoder_layers(auto_model: nn.Module) -> nn.ModuleList:
+def encoder_layers(auto_model: nn.Module) -> nn.ModuleList:
     for path in ("encoder.layer", "encoder.layers", "transformer.layer", "layers"):
         node: object = auto_model
         for part in path.split("."):
@@ -32,7 +32,7 @@ def _encoder_layers(auto_model: nn.Module) -> nn.ModuleList:
 
 def keep_layers(auto_model: nn.Module, keep: Sequence[int]) -> None:
     """Keep only the listed encoder layers (in order) and update the config to match."""
-    layers = _encoder_layers(auto_model)
+    layers = encoder_layers(auto_model)
     n = len(layers)
     if not keep or any(i < 0 or i >= n for i in keep):
         raise UserError(f"layers {list(keep)} out of range for a {n}-layer encoder")
@@ -79,7 +79,7 @@ def build_student(
     if dim < 1:
         raise UserError(f"projection dim must be positive, got {dim}")
     if layers is not None:
-        total = len(_encoder_layers(transformer.auto_model))
+        total = len(encoder_layers(transformer.auto_model))
         if layers > total:
             raise UserError(f"--layers {layers}: the student {init!r} has {total} layers")
         keep_layers(transformer.auto_model, spread_layers(total, layers))

@@ -61,6 +61,7 @@ def distill_loop(cfg: TrainConfig) -> LoopConfig:
     return LoopConfig(
         batch_size=cfg.batch_size,
         lr=cfg.lr,
+        layer_lr_decay=cfg.layer_lr_decay,
         warmup_ratio=cfg.warmup_ratio,
         epochs=cfg.epochs,
         max_steps=cfg.max_steps,
