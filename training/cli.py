@@ -304,6 +304,10 @@ def whiten_command(
         f"{out}: whitening power {info['power']} (STS-B dev {info['source_dev_spearman']} -> "
         f"{info['dev_spearman']}; tried {tried}); scores {manifest['scores']}"
     )
+    source_dev = info["source_dev_spearman"]
+    if source_dev is not None and info["dev_spearman"] < source_dev:
+        warning = f"warning: every power scored below the source's STS-B dev ({source_dev}); keep {model}"
+        typer.echo(warning, err=True)
 
 
 def finetune_command(
