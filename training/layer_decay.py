@@ -19,7 +19,6 @@ from typing import Any
 from sentence_transformers import SentenceTransformer
 from torch import nn
 
-from distilembed.errors import UserError
 from training.student import encoder_layers
 
 
@@ -36,9 +35,7 @@ def layerwise_param_groups(
     trainable = [p for p in student.parameters() if p.requires_grad] + list(extra)
     if decay == 1.0:
         return [{"params": trainable, "lr": lr}]
-    auto_model = getattr(student[0], "auto_model", None)
-    if auto_model is None:
-        raise UserError("--layer-lr-decay needs a transformer student (not --student-arch simtde)")
+    auto_model = student[0].auto_model  # a transformer student: TrainConfig.validate refuses SimTDE's
     layers = encoder_layers(auto_model)
     top = len(layers) + 1
     depth_of = {id(p): 0 for p in auto_model.parameters()}
