@@ -1,8 +1,12 @@
-"""8-bit against 7-bit int8 weights (``distilembed export --full-range / --reduce-range``), in one run.
+"""The int8 graph's variants, in one run: 8-bit against 7-bit weights (``distilembed export
+--full-range / --reduce-range``, decision 52), and SmoothQuant at each ``--smooth-alphas`` (export's
+``--smooth-alpha``, decision 55, on the inputs export smooths by default, and once on every input;
+``--no-smooth`` is the 8-bit row).
 
-For each bundle's fp32 graph, quantise it both ways (export's own quantiser) into a scratch bundle
-and score STS-B dev and test at the given widths, plus the mean cosine of its vectors to the fp32
-graph's over the STS-B test sentences. Decision 52 has the reasoning.
+For each bundle's fp32 graph, quantise it each way (export's own quantiser and smoothing, calibrated
+on the first 1,024 STS-B train sentences as export is by default) into a scratch bundle and score
+STS-B dev and test at the given widths, plus the mean cosine of its vectors to the fp32 graph's over
+the STS-B dev sentences (what picks alpha) and the test sentences.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from results_doc import named_path, run_info
 
 from export.bundle import quantize_graph
 from export.runtime import MODEL_FILES, Encoder, cosines
-from training.data.sts import load_stsb_split
+from export.smooth import SMOOTH_ALPHA, Smoothing, calibrate_smoothing
+from training.data.sts import distinct_sentences, load_stsb_split
 from training.evaluation import spearman_x100
 
 SPLITS = ("dev", "test")
+SMOOTH_TEXTS = 1024  # export's default calibration: STS-B train's first distinct sentences
 Pairs = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
@@ -43,23 +49,38 @@ def scores(vectors: Pairs, gold: dict[str, list[float]], dims: list[int]) -> dic
     return out
 
 
-def measure(bundle: Path, pairs: dict[str, Any], dims: list[int], scratch: Path) -> dict[str, Any]:
-    texts = {s: ([p.sentence1 for p in ps], [p.sentence2 for p in ps]) for s, ps in pairs.items()}
-    gold = {s: [p.score for p in ps] for s, ps in pairs.items()}
+def measure(
+    bundle: Path, pairs: dict[str, Any], dims: list[int], scratch: Path, alphas: list[float]
+) -> dict[str, Any]:
+    texts = {
+        s: ([p.sentence1 for p in ps], [p.sentence2 for p in ps]) for s, ps in pairs.items() if s in SPLITS
+    }
+    gold = {s: [p.score for p in ps] for s, ps in pairs.items() if s in SPLITS}
 
     def encode(encoder: Encoder) -> Pairs:
         return {s: (encoder.encode(a), encoder.encode(b)) for s, (a, b) in texts.items()}
 
-    reference = encode(Encoder(bundle, "fp32", threads=os.cpu_count(), verify=False))
+    fp32 = Encoder(bundle, "fp32", threads=os.cpu_count(), verify=False)
+    reference = encode(fp32)
     rows: dict[str, Any] = {"fp32": {"spearman": scores(reference, gold, dims)}}
-    test_reference = np.concatenate(reference["test"])
-    for name, reduce_range in (("int8 8-bit", False), ("int8 7-bit", True)):
+    calibration = distinct_sentences(pairs["train"])[:SMOOTH_TEXTS]
+    maxima = calibrate_smoothing(bundle / MODEL_FILES["fp32"], fp32.feed_batches(calibration)).maxima
+    variants: list[tuple[str, bool, Smoothing | None]] = [
+        ("int8 8-bit", False, None),
+        ("int8 7-bit", True, None),
+    ]
+    variants += [(f"smooth {alpha:g}", False, Smoothing(maxima, alpha)) for alpha in alphas]
+    variants.append((f"smooth {SMOOTH_ALPHA:g}, every input", False, Smoothing(maxima, SMOOTH_ALPHA, 0.0)))
+    for name, reduce_range, smoothing in variants:
         copy = scratch / name.replace(" ", "-")
         shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns(MODEL_FILES["int8"]))
-        quantize_graph(copy / MODEL_FILES["fp32"], copy / MODEL_FILES["int8"], reduce_range)
+        quantize_graph(copy / MODEL_FILES["fp32"], copy / MODEL_FILES["int8"], reduce_range, smoothing)
         got = encode(Encoder(copy, "int8", threads=os.cpu_count(), verify=False))
-        cos = cosines(np.concatenate(got["test"]), test_reference)
-        rows[name] = {"spearman": scores(got, gold, dims), "mean_cosine_to_fp32": round(float(cos.mean()), 5)}
+        row: dict[str, Any] = {"spearman": scores(got, gold, dims)}
+        for split in SPLITS:
+            cos = cosines(np.concatenate(got[split]), np.concatenate(reference[split]))
+            row[f"mean_cosine_to_fp32_{split}"] = round(float(cos.mean()), 5)
+        rows[name] = row
     return rows
 
 
@@ -70,13 +91,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bundle", action="append", required=True, help="NAME=DIR with a model.onnx")
     parser.add_argument("--sts-dir", default=f"{data}/sts/stsbenchmark")
     parser.add_argument("--dims", default="128,64,32")
+    parser.add_argument("--smooth-alphas", default="0.5,0.75,0.9,1.0", help="SmoothQuant rows, one per alpha")
     parser.add_argument("--out", default="bench/results/int8_range.json")
     args = parser.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
-    pairs = {split: load_stsb_split(args.sts_dir, split) for split in SPLITS}
+    alphas = [float(a) for a in args.smooth_alphas.split(",") if a]
+    pairs = {split: load_stsb_split(args.sts_dir, split) for split in (*SPLITS, "train")}
     result: dict[str, Any] = {"dims": dims, "bundles": {}}
-    table = Table(title="STS-B dev / test at each width: fp32 graph, int8 with 8-bit and 7-bit weights")
-    for column in ("bundle", "graph", *(f"{s} {d}" for s in SPLITS for d in dims), "cos to fp32"):
+    table = Table(title="STS-B dev / test at each width: fp32 graph, int8 8-bit, 7-bit and smoothed")
+    columns = ("bundle", "graph", *(f"{s} {d}" for s in SPLITS for d in dims), "cos dev", "cos test")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("bundle", "graph") else "right")
     for spec in args.bundle:
         name, path = named_path(spec)
@@ -84,11 +108,12 @@ def main(argv: list[str] | None = None) -> None:
         if not (bundle / MODEL_FILES["fp32"]).exists():
             parser.error(f"{bundle} has no {MODEL_FILES['fp32']} to quantise")
         with tempfile.TemporaryDirectory() as scratch:
-            rows = measure(bundle, pairs, dims, Path(scratch))
+            rows = measure(bundle, pairs, dims, Path(scratch), alphas)
         result["bundles"][name] = {"path": path, "graphs": rows}
         for graph, row in rows.items():
             cells = [f"{row['spearman'][s][str(d)]:.2f}" for s in SPLITS for d in dims]
-            table.add_row(name, graph, *cells, str(row.get("mean_cosine_to_fp32", "")))
+            cosine = [str(row.get(f"mean_cosine_to_fp32_{s}", "")) for s in SPLITS]
+            table.add_row(name, graph, *cells, *cosine)
     Console().print(table)
     result["run"] = run_info("bench/int8_range.py", argv)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

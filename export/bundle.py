@@ -21,6 +21,7 @@ from distilembed.artifacts import (
 )
 from export.onnx_graph import export_onnx
 from export.runtime import BUNDLE_KIND, MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder, cosines
+from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD, Smoothing, calibrate_smoothing
 from export.unfuse import unfuse_skip_layer_norm
 
 if TYPE_CHECKING:
@@ -62,12 +63,30 @@ def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
     return stats
 
 
-def quantize_graph(fp32: Path, out: Path, reduce_range: bool = False) -> None:
+def quantize_graph(
+    fp32: Path, out: Path, reduce_range: bool = False, smoothing: Smoothing | None = None
+) -> dict[str, Any] | None:
     """Dynamic int8, signed per-channel weights (fastest and most faithful on AVX2 here); with
-    ``reduce_range`` the weights use 7 bits (less faithful here, decision 52)."""
+    ``reduce_range`` the weights use 7 bits (less faithful here, decision 52); with ``smoothing``
+    the graph is SmoothQuant-ed first (export/smooth.py, decision 55), and its record returned."""
     logging.disable(logging.INFO)  # the quantizer logs one INFO line per fused MatMul on the root logger
     try:
-        _quantize_dynamic(fp32, out, reduce_range)
+        if smoothing is None:
+            _quantize_dynamic(fp32, out, reduce_range)
+            return None
+        import onnx
+
+        from export.smooth import smooth_model
+
+        model = onnx.load(str(fp32))
+        record = smooth_model(model, smoothing.maxima, smoothing.alpha, smoothing.min_spread)
+        smoothed = out.with_name(out.name + ".smooth.onnx")
+        onnx.save(model, str(smoothed))
+        try:
+            _quantize_dynamic(smoothed, out, reduce_range)
+        finally:
+            smoothed.unlink(missing_ok=True)
+        return record
     finally:
         logging.disable(logging.NOTSET)
 
@@ -144,6 +163,9 @@ def build_bundle(
     calibration_texts: list[str] | None = None,
     calibration_source: str = "",
     reduce_range: bool = False,
+    smooth_texts: list[str] | None = None,
+    smooth_alpha: float = SMOOTH_ALPHA,
+    smooth_min_spread: float = SMOOTH_MIN_SPREAD,
 ) -> dict[str, Any]:
     """Export, fuse, quantise, check parity and write a bundle; raise BundleError if the gate fails.
 
@@ -151,6 +173,8 @@ def build_bundle(
     the int8 quality loss against the PyTorch model. ``calibration_texts``, when given, are encoded
     with the int8 graph for the int8/uint8 embedding ranges (export/quantize.py) in the manifest.
     ``reduce_range`` quantises the graph's weights to 7 bits instead of 8 (decision 52).
+    ``smooth_texts``, when given, calibrate SmoothQuant at ``smooth_alpha`` before quantising, on
+    the inputs whose channel spread reaches ``smooth_min_spread`` (export/smooth.py, decision 55).
     """
     from training.teachers import load_sentence_encoder, resolve_model
 
@@ -163,12 +187,20 @@ def build_bundle(
         info = export_onnx(model, raw)
         fused = optimize_graph(raw, tmp / MODEL_FILES["fp32"], transformer.auto_model.config)
         raw.unlink()
-        quantize_graph(tmp / MODEL_FILES["fp32"], tmp / MODEL_FILES["int8"], reduce_range)
         transformer.tokenizer.backend_tokenizer.save(str(tmp / TOKENIZER_FILE))
         pad_id = int(transformer.tokenizer.pad_token_id or 0)
         atomic_write_json(
             tmp / "manifest.json",
             {"kind": BUNDLE_KIND, "dim": info.dim, "max_seq_len": info.max_seq_len, "pad_token_id": pad_id},
+        )
+        smoothing: Smoothing | None = None
+        if smooth_texts:
+            reader = Encoder(tmp, variant="fp32", verify=False)
+            smoothing = calibrate_smoothing(
+                tmp / MODEL_FILES["fp32"], reader.feed_batches(smooth_texts), smooth_alpha, smooth_min_spread
+            )
+        smoothed = quantize_graph(
+            tmp / MODEL_FILES["fp32"], tmp / MODEL_FILES["int8"], reduce_range, smoothing
         )
         encoders = {variant: Encoder(tmp, variant=variant, verify=False) for variant in ("fp32", "int8")}
         figures = _parity(model, encoders, parity_texts)
@@ -197,7 +229,11 @@ def build_bundle(
                 "trained_widths": widths,
                 "source": {"checkpoint": str(source), "files": sha256_tree(Path(source))},
                 "fused_operators": fused,
-                "int8_weights": {"per_channel": True, "bits": 7 if reduce_range else 8},
+                "int8_weights": {
+                    "per_channel": True,
+                    "bits": 7 if reduce_range else 8,
+                    "smoothing": None if smoothed is None else {**smoothed, "texts": len(smooth_texts or [])},
+                },
                 "parity": figures,
                 "gate": asdict(gate),
                 **quantization,

@@ -7,7 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
+from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD
+
 Opt = typer.Option
+SMOOTH_TEXTS = 1024  # sentences SmoothQuant's channel maxima are taken over
 
 
 def _stsb_test(sts_dir: str | None, data_dir: str | None) -> tuple[list[Any], list[str]]:
@@ -17,6 +20,13 @@ def _stsb_test(sts_dir: str | None, data_dir: str | None) -> tuple[list[Any], li
 
     pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
     return pairs, distinct_sentences(pairs)
+
+
+def _stsb_sentences(sts_dir: str | None, data_dir: str | None, split: str) -> list[str]:
+    from distilembed.paths import resolve_data_path
+    from training.data.sts import distinct_sentences, load_stsb_split
+
+    return distinct_sentences(load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), split))
 
 
 export_app = typer.Typer(
@@ -55,6 +65,21 @@ def export_command(
             help="int8 graph weights in 7 bits (onnxruntime's advice without VNNI) or 8 (decision 52).",
         ),
     ] = False,
+    smooth: Annotated[
+        bool,
+        Opt(
+            "--smooth/--no-smooth",
+            help="SmoothQuant the int8 graph: activation outliers moved into the weights (decision 55), "
+            "calibrated on the first 1,024 --calibration-corpus sentences, else STS-B train's.",
+        ),
+    ] = True,
+    smooth_alpha: Annotated[
+        float, Opt(min=0.0, max=1.0, help="SmoothQuant's migration strength alpha (eq. 4).")
+    ] = SMOOTH_ALPHA,
+    smooth_min_spread: Annotated[
+        float,
+        Opt(min=0.0, help="Smooth only inputs whose largest channel max is this many times the median's."),
+    ] = SMOOTH_MIN_SPREAD,
 ) -> None:
     """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch."""
     if ctx.invoked_subcommand is not None:
@@ -71,6 +96,9 @@ def export_command(
     if calibration_corpus is not None:
         calibration_texts = _corpus(calibration_corpus, data_dir, calibration_sentences)
     pairs, sentences = _stsb_test(sts_dir, data_dir)
+    smooth_texts = None
+    if smooth:
+        smooth_texts = (calibration_texts or _stsb_sentences(sts_dir, data_dir, "train"))[:SMOOTH_TEXTS]
     gate = ParityGate(fp32_min_cosine, int8_mean_cosine, int8_max_sts_drop)
     manifest = build_bundle(
         model,
@@ -82,6 +110,9 @@ def export_command(
         calibration_texts=calibration_texts,
         calibration_source=calibration_corpus or "",
         reduce_range=reduce_range,
+        smooth_texts=smooth_texts,
+        smooth_alpha=smooth_alpha,
+        smooth_min_spread=smooth_min_spread,
     )
     calibrated = manifest.get("quantization", {}).get("int8_ranges", {})
     typer.echo(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -169,6 +169,13 @@ class Encoder:
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(batch.input_ids)
         return {k: v for k, v in feeds.items() if k in self.input_names}
+
+    def feed_batches(
+        self, texts: Sequence[str], batch_size: int | None = None
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """The graph's feeds for ``texts``, batch by batch (a calibration pass over the graph)."""
+        for batch in self._batches(self.tokenize(texts), batch_size or self.batch_size):
+            yield self.feeds(batch)
 
     def run(self, batch: Batch) -> np.ndarray:
         return self.session.run(None, self.feeds(batch))[0]

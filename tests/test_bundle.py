@@ -35,7 +35,7 @@ def test_bundle_contents_and_manifest(bundle) -> None:
     assert set(manifest["files"]) == {"model.onnx", "model.int8.onnx", "tokenizer.json"}
     assert manifest["parity"]["fp32_min_cosine"] >= 0.9999
     assert manifest["pooling"] == "mean" and manifest["normalized"] is True
-    assert manifest["int8_weights"] == {"per_channel": True, "bits": 8}
+    assert manifest["int8_weights"] == {"per_channel": True, "bits": 8, "smoothing": None}
 
 
 def test_encoder_matches_pytorch_on_mixed_lengths(bundle, checkpoint) -> None:
@@ -134,6 +134,8 @@ def test_export_cli_writes_bundle_and_refuses_existing(checkpoint, tiny_data, tm
     assert first.returncode == 0, first.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"stsb_test_pytorch", "stsb_test_fp32", "stsb_test_int8"} <= set(manifest["parity"])
+    smoothing = manifest["int8_weights"]["smoothing"]  # calibrated on STS-B train's 80 sentences
+    assert smoothing["texts"] == 80 and smoothing["alpha"] == 0.9
     assert manifest["parity"]["stsb_test_fp32"] == pytest.approx(
         manifest["parity"]["stsb_test_pytorch"], abs=0.05
     )

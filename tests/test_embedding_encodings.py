@@ -367,6 +367,7 @@ def test_export_records_ranges_with_a_calibration_corpus(tiny_bert, tiny_data, t
     assert result.returncode == 0, result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["quantization"]["calibration"]["texts"] == 40
+    assert manifest["int8_weights"]["smoothing"]["texts"] == 40  # SmoothQuant reads the same corpus
     assert list(manifest["quantization"]["int8_ranges"]) == [str(w) for w in manifest["trained_widths"]]
     usage = _cli("export")  # no arguments: one line, no traceback
     assert usage.returncode == 2 and "needs --model and --out" in usage.stderr
