@@ -133,6 +133,14 @@ def train_command(
     matryoshka_weights: Annotated[
         str | None, Opt(help="One weight per --matryoshka width, e.g. 1,1,1 (the default).")
     ] = None,
+    matryoshka_temperatures: Annotated[
+        str | None,
+        Opt(help="ConGen: one student temperature per --matryoshka width (default: --temperature)."),
+    ] = None,
+    matryoshka_teacher_temperatures: Annotated[
+        str | None,
+        Opt(help="ConGen: one teacher temperature per --matryoshka width (default: --teacher-temperature)."),
+    ] = None,
     matryoshka_targets: Annotated[
         str | None,
         Opt(
@@ -187,6 +195,12 @@ def train_command(
     overrides["ensemble_teachers"] = ensemble_teacher
     overrides["matryoshka"] = comma_list(matryoshka, int, "--matryoshka")
     overrides["matryoshka_weights"] = comma_list(matryoshka_weights, float, "--matryoshka-weights")
+    overrides["matryoshka_temperatures"] = comma_list(
+        matryoshka_temperatures, float, "--matryoshka-temperatures"
+    )
+    overrides["matryoshka_teacher_temperatures"] = comma_list(
+        matryoshka_teacher_temperatures, float, "--matryoshka-teacher-temperatures"
+    )
     cfg = make_config(preset, overrides)
     manifest = run_training(cfg, out, data_dir=data_dir, resume=resume, overwrite=overwrite)
     print_training_summary(manifest, out)

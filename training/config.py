@@ -93,6 +93,9 @@ class TrainConfig:
     temperature: float | None = None
     # ConGen's teacher temperature (0.05).
     teacher_temperature: float | None = None
+    # ConGen at each --matryoshka width: its own student / teacher temperature (empty: the one above).
+    matryoshka_temperatures: tuple[float, ...] = ()
+    matryoshka_teacher_temperatures: tuple[float, ...] = ()
     # ConGen's two augmented views of every sentence; the teacher sees the first.
     congen_views: tuple[str, ...] = ("deletion", "crop")
     # ConGen plus this weight times HPD's MSE to the PCA targets (a combined objective; 0: off).
@@ -191,6 +194,16 @@ class TrainConfig:
             raise UserError("--layer-lr-decay is for the transformer student, not SimTDE's")
         self._validate_congen_fields()
 
+    def _validate_width_temperatures(self) -> None:
+        for name in ("matryoshka_temperatures", "matryoshka_teacher_temperatures"):
+            values, flag = getattr(self, name), "--" + name.replace("_", "-")
+            if not values:
+                continue
+            if self.method != "congen":
+                raise UserError(f"{flag} is ConGen's; not for --method {self.method}")
+            if len(values) != len(self.widths().widths) or min(values) <= 0:
+                raise UserError(f"{flag} needs one positive value per --matryoshka width, got {list(values)}")
+
     def _validate_congen_fields(self) -> None:
         if self.matryoshka_targets not in MATRYOSHKA_TARGETS:
             known = ", ".join(MATRYOSHKA_TARGETS)
@@ -204,6 +217,7 @@ class TrainConfig:
             raise UserError(f"--congen-teacher-space is ConGen's; not for --method {self.method}")
         if not 0.0 <= self.pca_whiten <= 1.0:
             raise UserError(f"--pca-whiten must be in [0, 1], got {self.pca_whiten}")
+        self._validate_width_temperatures()
         if self.hpd_weight < 0:
             raise UserError("--hpd-weight must not be negative")
         if self.hpd_weight and self.method != "congen":
@@ -322,7 +336,15 @@ def make_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
     base = PRESETS[preset] if preset else TrainConfig()
     names = {f.name for f in fields(TrainConfig)}
     changes = {k: v for k, v in overrides.items() if v is not None and k in names}
-    listed = ("augment", "ensemble_teachers", "congen_views", "matryoshka", "matryoshka_weights")
+    listed = (
+        "augment",
+        "ensemble_teachers",
+        "congen_views",
+        "matryoshka",
+        "matryoshka_weights",
+        "matryoshka_temperatures",
+        "matryoshka_teacher_temperatures",
+    )
     for name in (*listed, "extra_text", "exclude_text"):
         if name in changes:
             changes[name] = tuple(changes[name])

@@ -121,7 +121,10 @@ class ConGenLoss(nn.Module):
         queue_size: int = QUEUE_SIZE,
         full_targets: bool = False,
         space_dim: int | None = None,
+        width_taus: dict[int, tuple[float, float]] | None = None,
     ) -> None:
+        """``width_taus``: a Matryoshka width's own (teacher, student) temperatures; the others
+        keep ``teacher_tau`` / ``student_tau``."""
         super().__init__()
         self.head: nn.Module = (
             nn.Identity()
@@ -129,6 +132,7 @@ class ConGenLoss(nn.Module):
             else nn.Sequential(nn.Linear(student_dim, teacher_dim), nn.Tanh())
         )
         self.teacher_tau, self.student_tau, self.alpha = teacher_tau, student_tau, alpha
+        self.width_taus = dict(width_taus or {})
         self.full_targets = full_targets or space_dim is not None
         self.bank = MemoryBank(queue_size, teacher_dim)
         # The same instances in the teacher's own space (its full width, before PCA): the teacher's
@@ -181,13 +185,14 @@ class ConGenLoss(nn.Module):
         def at(m: int) -> torch.Tensor:
             teacher_width = teacher_queue.shape[-1] if self.full_targets else m
             same = self.space_bank is None and m == teacher_width
+            teacher_tau, student_tau = self.width_taus.get(m, (self.teacher_tau, self.student_tau))
             return congen_loss(
                 prefix(control, m),
                 prefix(general, m),
                 prefix(teacher_reference, teacher_width),
                 prefix(teacher_queue, teacher_width),
-                teacher_tau=self.teacher_tau,
-                student_tau=self.student_tau,
+                teacher_tau=teacher_tau,
+                student_tau=student_tau,
                 alpha=self.alpha,
                 student_queue=None if same else prefix(queue, m),
             )

@@ -67,21 +67,29 @@ def congen_stage(inp: MethodInputs) -> Stage:
         view1_full, view1_info = inp.teacher.targets(view1)
         reference = torch.from_numpy(inp.pca.transform(view1_full))  # z_ref^T, PCA-d
         space = None if full is None else torch.from_numpy(np.asarray(view1_full, dtype=np.float16))
+    widths = cfg.widths()
+    teacher_tau, student_tau = pick(cfg.teacher_temperature, TEACHER_TAU), pick(cfg.temperature, STUDENT_TAU)
+    width_taus = {
+        m: (
+            cfg.matryoshka_teacher_temperatures[i] if cfg.matryoshka_teacher_temperatures else teacher_tau,
+            cfg.matryoshka_temperatures[i] if cfg.matryoshka_temperatures else student_tau,
+        )
+        for i, m in enumerate(widths.widths)
+    }
     loss = ConGenLoss(
         cfg.dim,
         cfg.dim,
-        teacher_tau=pick(cfg.teacher_temperature, TEACHER_TAU),
-        student_tau=pick(cfg.temperature, STUDENT_TAU),
+        teacher_tau=teacher_tau,
+        student_tau=student_tau,
         queue_size=cfg.queue_size,
         full_targets=cfg.matryoshka_targets == "full",
         space_dim=space.shape[1] if space is not None else None,
+        width_taus=width_taus,
     ).to(inp.device)
     rng = np.random.default_rng(cfg.seed)
     sample = torch.from_numpy(np.sort(rng.choice(len(inp.texts), min(cfg.queue_size, len(inp.texts)), False)))
     prefill_space = None if full is None else full[sample].float().to(inp.device)
     loss.prefill(inp.pca_targets[sample].to(inp.device), prefill_space)
-
-    widths = cfg.widths()
 
     def batch_loss(indices: list[int]) -> torch.Tensor:
         texts = [view1[i] for i in indices] + [view2[i] for i in indices]
@@ -108,6 +116,7 @@ def congen_stage(inp: MethodInputs) -> Stage:
             "views": list(cfg.congen_views),
             "teacher_tau": loss.teacher_tau,
             "student_tau": loss.student_tau,
+            "width_taus": {str(m): list(taus) for m, taus in width_taus.items()},
             "queue_size": cfg.queue_size,
             "hpd_weight": cfg.hpd_weight,
             "matryoshka_targets": cfg.matryoshka_targets,
