@@ -17,6 +17,7 @@ import pytest
         (["nosuch"], "No such command"),
         (["index", "build", "--bundle", "b", "--corpus", "c", "--out", "o", "--nlist", "0"], "'--nlist'"),
         (["index", "search", "--index", "i", "--query", "q", "-k", "0"], "'-k' / '--top-k'"),
+        (["export", "--model", "m", "--out", "o", "--smooth-alpha", "1.5"], "'--smooth-alpha'"),
     ],
 )
 def test_usage_errors_exit_2_without_a_traceback(args: list[str], expected: str) -> None:
@@ -77,6 +78,20 @@ def not_a_checkpoint(tmp_path: Path) -> Path:
         (["train", "--seed", "-1", "--out", "{tmp}/run"], "--seed must be in [0, 2**32)"),
         (["train", "--patience", "-1", "--out", "{tmp}/run"], "--patience must be >= 0"),
         (["train", "--layers", "99", "--out", "{tmp}/run"], "has 6 layers"),
+        (
+            [
+                "train",
+                "--method",
+                "congen",
+                "--matryoshka",
+                "128,64",
+                "--matryoshka-temperatures",
+                "0.05",
+                "--out",
+                "{tmp}/run",
+            ],
+            "--matryoshka-temperatures needs one positive value per --matryoshka width",
+        ),
         (["eval", "--model", "all-MiniLM-L6-v2", "--device", "nope"], "--device 'nope'"),
     ],
 )
