@@ -81,6 +81,21 @@ def test_inputs_without_outliers_are_left_alone() -> None:
     assert smooth_model(model, maxima, min_spread=0.0)["nodes"] == 1
 
 
+def test_a_graph_without_smoothable_inputs_is_left_alone() -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(  # x + x: no weight initializer, nothing to smooth
+        [helper.make_node("Add", ["x", "x"], ["y"], name="add")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    maxima = activation_maxima(model, smooth_targets(model), [{"x": np.ones((2, 4), np.float32)}])
+    assert maxima == {}
+    assert smooth_model(model, maxima)["nodes"] == 0 and len(model.graph.node) == 1
+
+
 def test_smoothing_lowers_int8_error_on_an_outlier_channel(outlier_data, tmp_path) -> None:
     import onnx
 
