@@ -30,12 +30,11 @@ from results_doc import named_path, run_info
 
 from export.bundle import quantize_graph
 from export.runtime import MODEL_FILES, Encoder, cosines
-from export.smooth import SMOOTH_ALPHA, Smoothing, calibrate_smoothing
+from export.smooth import SMOOTH_ALPHA, SMOOTH_TEXTS, Smoothing, calibrate_smoothing
 from training.data.sts import distinct_sentences, load_stsb_split
 from training.evaluation import spearman_x100
 
 SPLITS = ("dev", "test")
-SMOOTH_TEXTS = 1024  # export's default calibration: STS-B train's first distinct sentences
 Pairs = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
@@ -50,12 +49,16 @@ def scores(vectors: Pairs, gold: dict[str, list[float]], dims: list[int]) -> dic
 
 
 def measure(
-    bundle: Path, pairs: dict[str, Any], dims: list[int], scratch: Path, alphas: list[float]
+    bundle: Path,
+    pairs: dict[str, Any],
+    dims: list[int],
+    scratch: Path,
+    alphas: list[float],
+    calibration: list[str],
 ) -> dict[str, Any]:
-    texts = {
-        s: ([p.sentence1 for p in ps], [p.sentence2 for p in ps]) for s, ps in pairs.items() if s in SPLITS
-    }
-    gold = {s: [p.score for p in ps] for s, ps in pairs.items() if s in SPLITS}
+    """Every variant's scores; ``calibration``: the sentences SmoothQuant's maxima come from."""
+    texts = {s: ([p.sentence1 for p in ps], [p.sentence2 for p in ps]) for s, ps in pairs.items()}
+    gold = {s: [p.score for p in ps] for s, ps in pairs.items()}
 
     def encode(encoder: Encoder) -> Pairs:
         return {s: (encoder.encode(a), encoder.encode(b)) for s, (a, b) in texts.items()}
@@ -63,7 +66,6 @@ def measure(
     fp32 = Encoder(bundle, "fp32", threads=os.cpu_count(), verify=False)
     reference = encode(fp32)
     rows: dict[str, Any] = {"fp32": {"spearman": scores(reference, gold, dims)}}
-    calibration = distinct_sentences(pairs["train"])[:SMOOTH_TEXTS]
     maxima = calibrate_smoothing(bundle / MODEL_FILES["fp32"], fp32.feed_batches(calibration)).maxima
     variants: list[tuple[str, bool, Smoothing | None]] = [
         ("int8 8-bit", False, None),
@@ -96,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
     alphas = [float(a) for a in args.smooth_alphas.split(",") if a]
-    pairs = {split: load_stsb_split(args.sts_dir, split) for split in (*SPLITS, "train")}
+    pairs = {split: load_stsb_split(args.sts_dir, split) for split in SPLITS}
+    # export's default calibration: the first distinct STS-B train sentences
+    calibration = distinct_sentences(load_stsb_split(args.sts_dir, "train"))[:SMOOTH_TEXTS]
     result: dict[str, Any] = {"dims": dims, "bundles": {}}
     table = Table(title="STS-B dev / test at each width: fp32 graph, int8 8-bit, 7-bit and smoothed")
     columns = ("bundle", "graph", *(f"{s} {d}" for s in SPLITS for d in dims), "cos dev", "cos test")
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         if not (bundle / MODEL_FILES["fp32"]).exists():
             parser.error(f"{bundle} has no {MODEL_FILES['fp32']} to quantise")
         with tempfile.TemporaryDirectory() as scratch:
-            rows = measure(bundle, pairs, dims, Path(scratch), alphas)
+            rows = measure(bundle, pairs, dims, Path(scratch), alphas, calibration)
         result["bundles"][name] = {"path": path, "graphs": rows}
         for graph, row in rows.items():
             cells = [f"{row['spearman'][s][str(d)]:.2f}" for s in SPLITS for d in dims]

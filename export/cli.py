@@ -7,26 +7,24 @@ from typing import Annotated, Any
 
 import typer
 
-from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD
+from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD, SMOOTH_TEXTS
 
 Opt = typer.Option
-SMOOTH_TEXTS = 1024  # sentences SmoothQuant's channel maxima are taken over
+
+
+def _stsb_pairs(sts_dir: str | None, data_dir: str | None, split: str) -> list[Any]:
+    from distilembed.paths import resolve_data_path
+    from training.data.sts import load_stsb_split
+
+    return load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), split)
 
 
 def _stsb_test(sts_dir: str | None, data_dir: str | None) -> tuple[list[Any], list[str]]:
     """STS-B test pairs and their distinct sentences (the parity and STS-B figures' texts)."""
-    from distilembed.paths import resolve_data_path
-    from training.data.sts import distinct_sentences, load_stsb_split
+    from training.data.sts import distinct_sentences
 
-    pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), "test")
+    pairs = _stsb_pairs(sts_dir, data_dir, "test")
     return pairs, distinct_sentences(pairs)
-
-
-def _stsb_sentences(sts_dir: str | None, data_dir: str | None, split: str) -> list[str]:
-    from distilembed.paths import resolve_data_path
-    from training.data.sts import distinct_sentences, load_stsb_split
-
-    return distinct_sentences(load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), split))
 
 
 export_app = typer.Typer(
@@ -98,7 +96,10 @@ def export_command(
     pairs, sentences = _stsb_test(sts_dir, data_dir)
     smooth_texts = None
     if smooth:
-        smooth_texts = (calibration_texts or _stsb_sentences(sts_dir, data_dir, "train"))[:SMOOTH_TEXTS]
+        from training.data.sts import distinct_sentences
+
+        train = calibration_texts or distinct_sentences(_stsb_pairs(sts_dir, data_dir, "train"))
+        smooth_texts = train[:SMOOTH_TEXTS]
     gate = ParityGate(fp32_min_cosine, int8_mean_cosine, int8_max_sts_drop)
     manifest = build_bundle(
         model,

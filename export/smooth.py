@@ -28,6 +28,7 @@ SMOOTH_ALPHA = 0.9  # the paper uses 0.5; 0.9 keeps int8 closest to float32 here
 # outliers SmoothQuant is for. Each smoothed input costs a Mul; the student's ten such inputs keep
 # most of the fidelity that all 24 give, at 1-3% of the speed instead of 3-5% (decision 55).
 SMOOTH_MIN_SPREAD = 6.0
+SMOOTH_TEXTS = 1024  # calibration sentences the channel maxima are taken over (export's default)
 SMOOTHED_OPS = ("MatMul", "Attention")  # Attention: onnxruntime's fused QKV, weight (hidden, 3 hidden)
 
 
@@ -56,11 +57,10 @@ def calibrate_smoothing(
     alpha: float = SMOOTH_ALPHA,
     min_spread: float = SMOOTH_MIN_SPREAD,
 ) -> Smoothing:
-    """The channel maxima of every smoothable node's input in the float32 graph ``fp32``."""
+    """The channel maxima of every smoothable node's input in the float32 graph ``fp32`` (alpha is
+    checked where it is used, :func:`smoothing_scales`)."""
     import onnx
 
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     model = onnx.load(str(fp32))
     return Smoothing(activation_maxima(model, smooth_targets(model), batches), alpha, min_spread)
 
