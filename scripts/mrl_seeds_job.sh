@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 23's Matryoshka chain at several training seeds, one resumable job on 2 cores (about 30 min
+# per seed; docs/results.md, "Matryoshka widths"). For each seed:
+#   1. the first stage, `mrl-pwt` (congen-ens-mrl-cpu with per-width temperatures, 14-17 min);
+#   2. its NLI fine-tuning at widths weighted 1,1,8 (9 min);
+#   3. the WiSE curve between them, which picks alpha on STS-B dev (2 min).
+# Then it prints, over every finished seed, the (seed, alpha) that dev's rule picks: the best mean dev
+# over the widths among the points whose dev shares reach 99% (64-d) and 97% (32-d). STS-B test is
+# printed beside it and chooses nothing. Rerun the same command after an interruption: finished
+# steps are skipped and an unfinished training resumes. Seed 42 is the preset's, `runs/mrl-pwt`.
+#   bash scripts/mrl_seeds_job.sh 42 1 2 3
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DISTILEMBED_DATA_DIR="${DISTILEMBED_DATA_DIR:-../shared/data}" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+PY=.venv/bin/python
+mkdir -p runs/logs
+if [[ $# -gt 0 ]]; then SEEDS=("$@"); else SEEDS=(42 1 2 3); fi
+
+resume_flag() { [[ -e "$1.partial" ]] && echo --resume || true; }
+
+curves=()
+for seed in "${SEEDS[@]}"; do
+  start="runs/mrl-pwt-s$seed"
+  [[ "$seed" == 42 ]] && start=runs/mrl-pwt
+  tuned="$start-nli"
+  curve="bench/results/wise_curve_$(basename "$tuned").json"
+  if [[ ! -e "$start/manifest.json" ]]; then
+    # shellcheck disable=SC2046
+    "$PY" -m distilembed.cli train --preset congen-ens-mrl-cpu --seed "$seed" \
+      --matryoshka-teacher-temperatures 0.05,0.07,0.07 --matryoshka-temperatures 0.07,0.05,0.05 \
+      --out "$start" $(resume_flag "$start") 2>&1 | tee -a "runs/logs/mrl-seeds-$seed.log"
+  fi
+  if [[ ! -e "$tuned/manifest.json" ]]; then
+    # shellcheck disable=SC2046
+    "$PY" -m distilembed.cli finetune "$start" --out "$tuned" --matryoshka-weights 1,1,8 --epochs 2 \
+      --lr 1e-5 --eval-every 10 --exclude-text sts/stsbenchmark/sts-dev.csv $(resume_flag "$tuned") \
+      2>&1 | tee -a "runs/logs/mrl-seeds-$seed.log"
+  fi
+  if [[ ! -e "$curve" ]]; then
+    "$PY" bench/wise_curve.py --start "$start" --tuned "$tuned" --alphas 0,0.4,0.5,0.6,0.65,0.7,0.8,1 \
+      --out "$curve"
+  fi
+  curves+=("$curve")
+done
+
+"$PY" - "${curves[@]}" <<'EOF'
+import json
+import sys
+
+points = []
+for path in sys.argv[1:]:
+    curve = json.load(open(path))
+    for row in curve["rows"]:
+        met = all(row["dev_shares"][width] >= share for width, share in curve["min_shares"].items())
+        print(f"{path}: alpha {row['alpha']}: dev mean {row['dev_mean']} shares {row['dev_shares']}"
+              f"{'' if met else ' (shares not met)'}; test {row['test']} shares {row['test_shares']}")
+        if met:
+            points.append((row["dev_mean"], path, row))
+if points:
+    _, path, row = max(points, key=lambda point: point[0])
+    print(f"dev picks {path} at alpha {row['alpha']}: test {row['test']}, shares {row['test_shares']}")
+else:
+    print("no seed and alpha meets the dev shares")
+EOF
