@@ -47,10 +47,17 @@ def shares(scores: dict[int, float]) -> dict[int, float]:
     return {w: round(100 * v / scores[widest], 2) for w, v in scores.items() if w != widest}
 
 
+def best_row(rows: list[dict[str, Any]], min_shares: dict[Any, float]) -> dict[str, Any] | None:
+    """The row of the best mean dev among those whose dev shares meet ``min_shares`` (width keys as
+    the rows have them: ints here, strings in a curve read back from its JSON)."""
+    ok = [r for r in rows if all(r["dev_shares"][w] >= s for w, s in min_shares.items())]
+    return max(ok, key=lambda r: r["dev_mean"]) if ok else None
+
+
 def pick(rows: list[dict[str, Any]], min_shares: dict[int, float]) -> float | None:
     """The alpha of the best mean dev among those whose dev shares meet ``min_shares``."""
-    ok = [r for r in rows if all(r["dev_shares"][w] >= s for w, s in min_shares.items())]
-    return max(ok, key=lambda r: r["dev_mean"])["alpha"] if ok else None
+    row = best_row(rows, min_shares)
+    return None if row is None else row["alpha"]
 
 
 def main(argv: list[str] | None = None) -> None:

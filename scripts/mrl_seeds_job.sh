@@ -47,18 +47,14 @@ done
 import json
 import sys
 
-points = []
-for path in sys.argv[1:]:
-    curve = json.load(open(path))
-    for row in curve["rows"]:
-        met = all(row["dev_shares"][width] >= share for width, share in curve["min_shares"].items())
-        print(f"{path}: alpha {row['alpha']}: dev mean {row['dev_mean']} shares {row['dev_shares']}"
-              f"{'' if met else ' (shares not met)'}; test {row['test']} shares {row['test_shares']}")
-        if met:
-            points.append((row["dev_mean"], path, row))
-if points:
-    _, path, row = max(points, key=lambda point: point[0])
-    print(f"dev picks {path} at alpha {row['alpha']}: test {row['test']}, shares {row['test_shares']}")
-else:
+sys.path.insert(0, "bench")
+from wise_curve import best_row  # the rule each curve picks its alpha by, here over every curve
+
+curves = {path: json.load(open(path)) for path in sys.argv[1:]}
+rows = [row | {"curve": path} for path, curve in curves.items() for row in curve["rows"]]
+row = best_row(rows, next(iter(curves.values()))["min_shares"])
+if row is None:
     print("no seed and alpha meets the dev shares")
+else:
+    print(f"dev picks {row['curve']} at alpha {row['alpha']}: test {row['test']}, shares {row['test_shares']}")
 EOF
