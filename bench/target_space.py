@@ -1,0 +1,135 @@
+"""How far students retrieve from their own target space: Quora MRR@10, exact and over IVF seeds.
+
+HPD and ConGen distil a teacher's vectors cut by PCA, and the training run fits that PCA on its
+``--pca-fit`` text (the default's recipe: all-mpnet-base-v2 0.6 + all-MiniLM-L6-v2 0.4 concatenated,
+fitted on the STS-B train sentences). This script rebuilds that target space as training does
+(``build_teacher``, ``PCATargets.fit``; no Quora text is fitted on) and scores it on
+``bench/quora_sr.py``'s protocol beside the students: exact search and IVF at ``--nprobe`` over
+``--seeds`` k-means seeds (``bench/ivf_seeds.py``'s), each as a share of the main teacher's exact
+search. For comparison it also scores the main teacher's PCA fitted on the Quora corpus itself,
+what ``bench/ivf_width.py`` reports as teacher-128.
+
+    python bench/target_space.py --bundle default=models/default \
+        --out bench/results/target_space.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import faiss
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ivf_seeds import parse_bundles, search_mrrs, summarise
+from quora_data import load_quora_retrieval
+from quora_sr import add_ivf_args, add_model_args, teacher_vectors
+from results_doc import named_path, run_info
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    return np.ascontiguousarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+
+
+def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray) -> dict[str, np.ndarray]:
+    """The training run's teacher, its PCA fitted on ``--pca-fit``, and the main teacher's PCA
+    fitted on a sample of the corpus (ivf_width's teacher-128), all unit rows."""
+    from training.data.extra_text import source_sentences
+    from training.losses.hpd import PCATargets
+    from training.teacher_ensemble import build_teacher
+
+    teacher = build_teacher(
+        args.teacher, args.ensemble_teacher, device="cpu", batch_size=args.teacher_batch_size, backend="auto"
+    )
+    full = np.asarray(teacher.targets(corpus)[0], dtype=np.float32)
+    fit_text = source_sentences(args.pca_fit, os.environ.get("DISTILEMBED_DATA_DIR"))
+    pca = PCATargets.fit(np.asarray(teacher.targets(fit_text)[0], dtype=np.float32), args.dim, args.pca_seed)
+    rng = np.random.default_rng(args.seed)
+    sample = main[rng.choice(len(main), size=min(args.corpus_pca_sample, len(main)), replace=False)]
+    on_corpus = PCATargets.fit(sample, args.dim, args.pca_seed)
+    name = " + ".join([args.teacher, *args.ensemble_teacher])
+    return {
+        f"target teacher ({name}), {full.shape[1]}-d": unit_rows(full),
+        f"target PCA-{args.dim}, fitted on {args.pca_fit}": unit_rows(pca.transform(full)),
+        f"{args.teacher} PCA-{args.dim} fitted on the Quora corpus": unit_rows(on_corpus.transform(main)),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", dest="bundles", action="append", type=named_path, default=[])
+    add_model_args(parser, data_root, one_bundle=False)
+    parser.add_argument("--ensemble-teacher", action="append", default=None, help="NAME:WEIGHT (repeatable)")
+    parser.add_argument("--pca-fit", default="sts/stsbenchmark/sts-train.csv")
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--pca-seed", type=int, default=42, help="the training run's --seed")
+    parser.add_argument("--corpus-pca-sample", type=int, default=20_000)
+    add_ivf_args(parser)  # --seed: the first IVF seed
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--nprobe", type=int, default=5)
+    parser.add_argument("--out", default="bench/results/target_space.json")
+    args = parser.parse_args(argv)
+    if args.ensemble_teacher is None:
+        args.ensemble_teacher = ["all-MiniLM-L6-v2:0.4"]
+    bundles = parse_bundles(args.bundles)
+    faiss.omp_set_num_threads(args.threads)
+    from export.runtime import Encoder
+
+    data = load_quora_retrieval(args.quora_dir)
+    main_teacher = unit_rows(teacher_vectors(args, data.corpus, [], []))
+    vectors = {f"{args.teacher} (the reference)": main_teacher}
+    vectors |= target_spaces(args, data.corpus, main_teacher)
+    for name, path in bundles.items():
+        vectors[f"{name} ({args.variant})"] = Encoder(
+            path, variant=args.variant, threads=args.threads
+        ).encode(data.corpus, progress=name)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    found = {name: search_mrrs(v, data, args, seeds) for name, v in vectors.items()}
+    reference_exact = found[f"{args.teacher} (the reference)"][0]
+    target_ivf = found[next(name for name in vectors if name.startswith("target PCA"))][1]
+    rows = {
+        name: {"exact": exact, "ivf": ivf} | vars(summarise(ivf, target_ivf))
+        for name, (exact, ivf) in found.items()
+    }
+    result = {
+        "corpus": len(data.corpus),
+        "queries": len(data.queries),
+        "nlist": args.nlist,
+        "nprobe": args.nprobe,
+        "seeds": seeds,
+        "reference_exact": reference_exact,
+        "pca_fit": args.pca_fit,
+        "ensemble_teacher": args.ensemble_teacher,
+        "bundles": bundles,
+        "rows": rows,
+        "run": run_info("bench/target_space.py", argv if argv is not None else sys.argv[1:]),
+    }
+    table = Table(title=f"Quora MRR@10, {len(data.corpus):,} documents, IVF{args.nlist} nprobe {args.nprobe}")
+    for col in ("vectors", "exact", "% of ref.", "IVF mean (sd)", "% of ref.", "IVF - target PCA's"):
+        table.add_column(col, justify="left" if col == "vectors" else "right")
+    for name, r in rows.items():
+        table.add_row(
+            name,
+            f"{r['exact']:.2f}",
+            f"{100 * r['exact'] / reference_exact:.2f}",
+            f"{r['mean']:.2f} ({r['sd']:.2f})",
+            f"{100 * r['mean'] / reference_exact:.2f}",
+            f"{r['diff_mean']:+.2f}",
+        )
+    console = Console(width=None if sys.stdout.isatty() else 170)
+    console.print(table)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
