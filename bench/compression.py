@@ -46,6 +46,7 @@ if str(ROOT) not in sys.path:
 from compression_report import render, report  # noqa: E402
 from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
 from quora_sr import drop_self, read_distractors, retrieval_scores, teacher_vectors  # noqa: E402
+from quora_sr import unit_rows as unit  # noqa: E402
 from results_doc import add_doc_args, publish_saved, run_info  # noqa: E402
 from timing import interleaved_seconds  # noqa: E402
 
@@ -62,10 +63,6 @@ from index.vectors import (  # noqa: E402
 from training.data.sts import read_stsb  # noqa: E402
 
 STORAGES = ("float32", "sq8", "pq", "pq+rescore", "binary", "binary+rescore")
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), np.float32)
 
 
 @dataclass

@@ -86,7 +86,13 @@ def teacher_vectors(
         ]
         extra = np.concatenate(chunks)[np.asarray(kept)].astype(np.float32)
         vectors = np.concatenate([vectors, extra])
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return unit_rows(vectors)
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length, as a contiguous float32 array (what Faiss takes)."""
+    rows = np.asarray(vectors, dtype=np.float32)
+    return np.ascontiguousarray(rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12))
 
 
 def student_vectors(args: argparse.Namespace, data: QuoraRetrieval) -> tuple[np.ndarray, float]:

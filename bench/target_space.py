@@ -29,13 +29,12 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ivf_seeds import parse_bundles, search_mrrs, summarise
 from quora_data import load_quora_retrieval
-from quora_sr import add_ivf_args, add_model_args, teacher_vectors
+from quora_sr import add_ivf_args, add_model_args, teacher_vectors, unit_rows
 from results_doc import named_path, run_info
 
 
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    return np.ascontiguousarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+def target_pca_name(args: argparse.Namespace) -> str:
+    return f"target PCA-{args.dim}, fitted on {args.pca_fit}"
 
 
 def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray) -> dict[str, np.ndarray]:
@@ -57,7 +56,7 @@ def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray)
     name = " + ".join([args.teacher, *args.ensemble_teacher])
     return {
         f"target teacher ({name}), {full.shape[1]}-d": unit_rows(full),
-        f"target PCA-{args.dim}, fitted on {args.pca_fit}": unit_rows(pca.transform(full)),
+        target_pca_name(args): unit_rows(pca.transform(full)),
         f"{args.teacher} PCA-{args.dim} fitted on the Quora corpus": unit_rows(on_corpus.transform(main)),
     }
 
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     from export.runtime import Encoder
 
     data = load_quora_retrieval(args.quora_dir)
-    main_teacher = unit_rows(teacher_vectors(args, data.corpus, [], []))
+    main_teacher = teacher_vectors(args, data.corpus, [], [])  # unit rows already
     vectors = {f"{args.teacher} (the reference)": main_teacher}
     vectors |= target_spaces(args, data.corpus, main_teacher)
     for name, path in bundles.items():
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     seeds = list(range(args.seed, args.seed + args.seeds))
     found = {name: search_mrrs(v, data, args, seeds) for name, v in vectors.items()}
     reference_exact = found[f"{args.teacher} (the reference)"][0]
-    target_ivf = found[next(name for name in vectors if name.startswith("target PCA"))][1]
+    target_ivf = found[target_pca_name(args)][1]
     rows = {
         name: {"exact": exact, "ivf": ivf} | vars(summarise(ivf, target_ivf))
         for name, (exact, ivf) in found.items()

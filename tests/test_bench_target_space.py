@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import quora_sr
 import target_space
 
 from training.losses.hpd import PCATargets
@@ -36,7 +37,7 @@ def test_the_target_pca_is_fitted_on_the_fit_text_alone(
     fit_text = [f"fit sentence {i}" for i in range(20)]
     fit_file.write_text("\n".join(fit_text) + "\n")
     corpus = [f"question {i}" for i in range(30)]
-    main = target_space.unit_rows(FakeTeacher().targets(corpus)[0])
+    main = quora_sr.unit_rows(FakeTeacher().targets(corpus)[0])
     args = argparse.Namespace(
         teacher="t",
         ensemble_teacher=["m:0.4"],
@@ -57,7 +58,7 @@ def test_the_target_pca_is_fitted_on_the_fit_text_alone(
     expected = PCATargets.fit(np.asarray(FakeTeacher().targets(sorted(fit_text))[0], dtype=np.float32), 3, 42)
     want = expected.transform(full)
     np.testing.assert_allclose(
-        spaces[f"target PCA-3, fitted on {fit_file}"], target_space.unit_rows(want), atol=1e-5
+        spaces[f"target PCA-3, fitted on {fit_file}"], quora_sr.unit_rows(want), atol=1e-5
     )
     for vectors in spaces.values():
         assert vectors.shape[0] == len(corpus)
