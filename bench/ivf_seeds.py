@@ -22,6 +22,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import faiss
 import numpy as np
@@ -78,15 +79,36 @@ def parse_bundles(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return out
 
 
+class SeedSearch(NamedTuple):
+    """MRR@10 of exact search; per seed, IVF's MRR@10 and the share of queries (%) whose relevant
+    document's list is among the ``nprobe`` lists searched."""
+
+    exact: float
+    ivf: list[float]
+    probed: list[float]
+
+
+def probed_share(index: faiss.IndexIVF, queries: np.ndarray, relevant: np.ndarray, nprobe: int) -> float:
+    """% of ``queries`` whose ``relevant`` vector (one per query) falls in one of their ``nprobe``
+    nearest lists: the relevant documents IVF can find at all."""
+    _, probed = index.quantizer.search(queries, nprobe)
+    _, home = index.quantizer.search(relevant, 1)
+    return 100 * float((probed == home).any(axis=1).mean())
+
+
 def search_mrrs(
     vectors: np.ndarray, data: QuoraRetrieval, args: argparse.Namespace, seeds: list[int]
-) -> tuple[float, list[float]]:
-    """MRR@10 of exact search, and of IVF (nprobe ``--nprobe``) trained at each of ``seeds``."""
+) -> SeedSearch:
+    """Exact search, and IVF (nprobe ``--nprobe``) trained at each of ``seeds``."""
     queries = np.ascontiguousarray(vectors[np.asarray(data.queries)])
+    relevant = np.ascontiguousarray(vectors[np.asarray(data.relevant)])
     exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
-    ivfs = (make_index(vectors, "float32", args.nlist, seed, args.train_sample) for seed in seeds)
-    ivf = [mrr10(raw_search(index, queries, 11, args.nprobe), data) for index in ivfs]
-    return mrr10(raw_search(exact, queries, 11, 1), data), ivf
+    ivf, probed = [], []
+    for seed in seeds:
+        index = make_index(vectors, "float32", args.nlist, seed, args.train_sample)
+        ivf.append(mrr10(raw_search(index, queries, 11, args.nprobe), data))
+        probed.append(probed_share(index, queries, relevant, args.nprobe))
+    return SeedSearch(mrr10(raw_search(exact, queries, 11, 1), data), ivf, probed)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,9 @@ fitted on the STS-B train sentences). This script rebuilds that target space as 
 ``bench/quora_sr.py``'s protocol beside the students: exact search and IVF at ``--nprobe`` over
 ``--seeds`` k-means seeds (``bench/ivf_seeds.py``'s), each as a share of the main teacher's exact
 search. For comparison it also scores the main teacher's PCA fitted on the Quora corpus itself,
-what ``bench/ivf_width.py`` reports as teacher-128.
+what ``bench/ivf_width.py`` reports as teacher-128. Two columns say why a space loses to IVF: the
+share of queries whose duplicate's list is among those probed (mean over the seeds), and the mean
+cosine of a query with its duplicate beside that with a random other document.
 
     python bench/target_space.py --bundle default=models/default \
         --out bench/results/target_space.json
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -28,7 +31,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ivf_seeds import parse_bundles, search_mrrs, summarise
-from quora_data import load_quora_retrieval
+from quora_data import QuoraRetrieval, load_quora_retrieval
 from quora_sr import add_ivf_args, add_model_args, teacher_vectors, unit_rows
 from results_doc import named_path, run_info
 
@@ -58,6 +61,20 @@ def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray)
         f"target teacher ({name}), {full.shape[1]}-d": unit_rows(full),
         target_pca_name(args): unit_rows(pca.transform(full)),
         f"{args.teacher} PCA-{args.dim} fitted on the Quora corpus": unit_rows(on_corpus.transform(main)),
+    }
+
+
+def pair_geometry(vectors: np.ndarray, data: QuoraRetrieval, seed: int) -> dict[str, float]:
+    """Mean cosine of each query with its duplicate, and with a random other document (``seed``):
+    how tightly a space holds paraphrases against how far apart it holds anything."""
+    own = np.asarray(data.queries)
+    queries = vectors[own]
+    duplicates = vectors[np.asarray(data.relevant)]
+    drawn = np.random.default_rng(seed).integers(0, len(vectors) - 1, size=len(own))
+    others = vectors[drawn + (drawn >= own)]  # never the query's own entry
+    return {
+        "duplicate_cosine": float(np.mean(np.sum(queries * duplicates, axis=1))),
+        "random_cosine": float(np.mean(np.sum(queries * others, axis=1))),
     }
 
 
@@ -92,11 +109,13 @@ def main(argv: list[str] | None = None) -> None:
         ).encode(data.corpus, progress=name)
     seeds = list(range(args.seed, args.seed + args.seeds))
     found = {name: search_mrrs(v, data, args, seeds) for name, v in vectors.items()}
-    reference_exact = found[f"{args.teacher} (the reference)"][0]
-    target_ivf = found[target_pca_name(args)][1]
+    reference_exact = found[f"{args.teacher} (the reference)"].exact
+    target_ivf = found[target_pca_name(args)].ivf
     rows = {
-        name: {"exact": exact, "ivf": ivf} | vars(summarise(ivf, target_ivf))
-        for name, (exact, ivf) in found.items()
+        name: {"exact": r.exact, "ivf": r.ivf, "probed": r.probed}
+        | vars(summarise(r.ivf, target_ivf))
+        | pair_geometry(vectors[name], data, args.seed)
+        for name, r in found.items()
     }
     result = {
         "corpus": len(data.corpus),
@@ -112,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         "run": run_info("bench/target_space.py", argv if argv is not None else sys.argv[1:]),
     }
     table = Table(title=f"Quora MRR@10, {len(data.corpus):,} documents, IVF{args.nlist} nprobe {args.nprobe}")
-    for col in ("vectors", "exact", "% of ref.", "IVF mean (sd)", "% of ref.", "IVF - target PCA's"):
+    columns = ("vectors", "exact", "% of ref.", "IVF mean (sd)", "% of ref.", "IVF - target PCA's")
+    for col in (*columns, "duplicate's list probed %", "cos duplicate / random"):
         table.add_column(col, justify="left" if col == "vectors" else "right")
     for name, r in rows.items():
         table.add_row(
@@ -122,6 +142,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['mean']:.2f} ({r['sd']:.2f})",
             f"{100 * r['mean'] / reference_exact:.2f}",
             f"{r['diff_mean']:+.2f}",
+            f"{statistics.fmean(r['probed']):.2f}",
+            f"{r['duplicate_cosine']:.3f} / {r['random_cosine']:.3f}",
         )
     console = Console(width=None if sys.stdout.isatty() else 170)
     console.print(table)

@@ -7,12 +7,15 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import quora_sr
-from ivf_seeds import parse_bundles, summarise
+from ivf_seeds import parse_bundles, probed_share, summarise
+
+from index.vectors import new_ivf
 
 
 def test_summarise_pairs_the_seeds() -> None:
@@ -58,3 +61,15 @@ def test_distractors_come_with_the_whole_cache_slices_that_hold_them(
     assert first == ["sentence 0", "sentence 1", "sentence 2"]
     assert pool == [*first, "sentence 3"]  # two whole slices of 2: the teacher cache's keys
     assert quora_sr.read_distractors(str(corpus), 0) == ([], [])
+
+
+def test_probed_share_counts_the_duplicates_in_the_lists_searched() -> None:
+    """Two lists with centroids on the axes: the first query's duplicate shares its list, the
+    second's lies in the other list, which only nprobe 2 searches."""
+    index = new_ivf(2, 2)
+    index.quantizer.add(np.asarray([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32))
+    index.is_trained = True
+    queries = np.asarray([[1.0, 0.1], [1.0, 0.0]], dtype=np.float32)
+    relevant = np.asarray([[0.9, 0.2], [0.0, 1.0]], dtype=np.float32)
+    assert probed_share(index, queries, relevant, nprobe=1) == pytest.approx(50.0)
+    assert probed_share(index, queries, relevant, nprobe=2) == pytest.approx(100.0)

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import quora_sr
 import target_space
+from quora_data import QuoraRetrieval
 
 from training.losses.hpd import PCATargets
 
@@ -63,3 +64,14 @@ def test_the_target_pca_is_fitted_on_the_fit_text_alone(
     for vectors in spaces.values():
         assert vectors.shape[0] == len(corpus)
         np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_pair_geometry_by_hand() -> None:
+    """Cosines of unit rows: the duplicate's, and a random other document's, never the query's own."""
+    alone = QuoraRetrieval(["q", "d"], queries=[0], relevant=[1])
+    pair = np.asarray([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32)
+    got = target_space.pair_geometry(pair, alone, seed=0)
+    assert got == pytest.approx({"duplicate_cosine": 0.6, "random_cosine": 0.6})
+    two = QuoraRetrieval(["q1", "q2", "d"], queries=[0, 1], relevant=[2, 2])
+    rows = np.asarray([[1.0, 0.0], [0.0, 1.0], [0.8, 0.6]], dtype=np.float32)
+    assert target_space.pair_geometry(rows, two, seed=0)["duplicate_cosine"] == pytest.approx(0.7)
