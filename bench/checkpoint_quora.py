@@ -1,0 +1,123 @@
+"""Training checkpoints before export: STS-B dev / test and Quora MRR@10 in PyTorch float32.
+
+Comparing two recipes through their int8 bundles mixes in the quantisation's own draw, which moves
+IVF MRR@10 by about 0.2 (docs/results.md, "More tries at the Quora target"). This scores the
+checkpoints as training wrote them: STS-B dev and test (Spearman x 100), Quora exact MRR@10 and IVF
+at ``--nprobe`` over ``--seeds`` k-means seeds (``bench/ivf_seeds.py``'s search, with the share of
+queries whose duplicate's list is probed), the mean cosine of a query with its duplicate and with a
+random other question (``bench/target_space.py``'s), and each checkpoint's paired IVF difference to
+the first one.
+
+    python bench/checkpoint_quora.py --checkpoint base=runs/ens04r --checkpoint new=runs/ens04-hpdgen \
+        --out bench/results/checkpoint_quora.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ivf_seeds import parse_bundles, search_mrrs, summarise
+from quora_data import QuoraRetrieval, load_quora_retrieval
+from quora_sr import add_ivf_args
+from results_doc import named_path, run_info
+from target_space import pair_geometry
+
+from training.data.sts import STSPair, read_stsb
+from training.evaluation import evaluate_pairs, sentence_transformer_encoder
+
+
+def score_checkpoint(
+    path: str,
+    data: QuoraRetrieval,
+    sts: dict[str, list[STSPair]],
+    args: argparse.Namespace,
+    seeds: list[int],
+) -> dict[str, Any]:
+    """STS-B per split, and Quora by exact search, IVF over ``seeds`` and the pair cosines."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(path, device="cpu")
+    encode = sentence_transformer_encoder(model, batch_size=args.batch_size)
+    scores = {split: evaluate_pairs(encode, pairs) for split, pairs in sts.items()}
+    vectors = model.encode(
+        data.corpus, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True
+    ).astype(np.float32)
+    found = search_mrrs(vectors, data, args, seeds)
+    return {"sts": scores, "exact": found.exact, "ivf": found.ivf, "probed": found.probed} | pair_geometry(
+        vectors, data, args.seed
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--checkpoint", dest="checkpoints", action="append", type=named_path, required=True, help="NAME=DIR"
+    )
+    parser.add_argument("--quora-dir", default=f"{data_root}/quora")
+    parser.add_argument("--sts-dir", default=f"{data_root}/sts/stsbenchmark")
+    add_ivf_args(parser)  # --seed: the first of the seeds
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--nprobe", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--out", default="bench/results/checkpoint_quora.json")
+    args = parser.parse_args(argv)
+    checkpoints = parse_bundles(args.checkpoints)
+    faiss.omp_set_num_threads(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    data = load_quora_retrieval(args.quora_dir)
+    sts = {split: read_stsb(Path(args.sts_dir) / f"sts-{split}.csv") for split in ("dev", "test")}
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    found = {name: score_checkpoint(path, data, sts, args, seeds) for name, path in checkpoints.items()}
+    reference = found[next(iter(checkpoints))]["ivf"]
+    rows = {name: r | vars(summarise(r["ivf"], reference)) for name, r in found.items()}
+    result = {
+        "corpus": len(data.corpus),
+        "queries": len(data.queries),
+        "nlist": args.nlist,
+        "nprobe": args.nprobe,
+        "seeds": seeds,
+        "checkpoints": checkpoints,
+        "rows": rows,
+        "run": run_info("bench/checkpoint_quora.py", argv if argv is not None else sys.argv[1:]),
+    }
+    table = Table(
+        title=f"PyTorch float32; Quora MRR@10, IVF{args.nlist} nprobe {args.nprobe}, {len(seeds)} seeds"
+    )
+    columns = ("checkpoint", "STS-B dev", "STS-B test", "exact", "IVF mean (sd)", "paired diff (sd)")
+    for col in (*columns, "duplicate's list probed %", "cos duplicate / random"):
+        table.add_column(col, justify="left" if col == "checkpoint" else "right")
+    for name, r in rows.items():
+        table.add_row(
+            name,
+            f"{r['sts']['dev']:.2f}",
+            f"{r['sts']['test']:.2f}",
+            f"{r['exact']:.2f}",
+            f"{r['mean']:.2f} ({r['sd']:.2f})",
+            f"{r['diff_mean']:+.2f} ({r['diff_sd']:.2f})",
+            f"{statistics.fmean(r['probed']):.2f}",
+            f"{r['duplicate_cosine']:.3f} / {r['random_cosine']:.3f}",
+        )
+    console = Console(width=None if sys.stdout.isatty() else 170)
+    console.print(table)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

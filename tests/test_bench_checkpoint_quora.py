@@ -1,0 +1,33 @@
+"""bench/checkpoint_quora.py end to end on a tiny sentence model: with one IVF list every query's
+duplicate is in the list searched, so IVF is exact search."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from checkpoint_quora import score_checkpoint
+from quora_data import QuoraRetrieval
+
+from tests.tiny_models import tiny_sentences
+from training.data.sts import STSPair
+
+
+def test_one_list_ivf_is_exact_search(tiny_teacher: Path) -> None:
+    corpus = tiny_sentences(24, seed=7)
+    data = QuoraRetrieval(corpus, queries=[0, 2, 4], relevant=[1, 3, 5])
+    sts = {"dev": [STSPair(corpus[i], corpus[i + 1], float(i % 5)) for i in range(0, 20, 2)]}
+    args = argparse.Namespace(batch_size=8, nlist=1, nprobe=1, train_sample=100, seed=0)
+    row = score_checkpoint(str(tiny_teacher), data, sts, args, seeds=[0, 1])
+    assert set(row) == {"sts", "exact", "ivf", "probed", "duplicate_cosine", "random_cosine"}
+    assert -100.0 <= row["sts"]["dev"] <= 100.0
+    assert 0.0 <= row["exact"] <= 100.0
+    assert row["ivf"] == pytest.approx([row["exact"]] * 2)
+    assert row["probed"] == [100.0, 100.0]
+    for cosine in (row["duplicate_cosine"], row["random_cosine"]):
+        assert -1.0 - 1e-6 <= cosine <= 1.0 + 1e-6
