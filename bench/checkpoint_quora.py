@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,10 @@ from ivf_seeds import parse_bundles, search_mrrs, summarise
 from quora_data import QuoraRetrieval, load_quora_retrieval
 from quora_sr import add_ivf_args
 from results_doc import named_path, run_info
-from target_space import pair_geometry
+from target_space import GEOMETRY_COLUMNS, geometry_cells, pair_geometry
 
-from training.data.sts import STSPair, read_stsb
-from training.evaluation import evaluate_pairs, sentence_transformer_encoder
+from training.data.sts import STSPair, load_stsb_split
+from training.evaluation import evaluate_model_pairs
 
 
 def score_checkpoint(
@@ -49,8 +48,7 @@ def score_checkpoint(
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(path, device="cpu")
-    encode = sentence_transformer_encoder(model, batch_size=args.batch_size)
-    scores = {split: evaluate_pairs(encode, pairs) for split, pairs in sts.items()}
+    scores = {split: evaluate_model_pairs(model, pairs, args.batch_size) for split, pairs in sts.items()}
     vectors = model.encode(
         data.corpus, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True
     ).astype(np.float32)
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     data = load_quora_retrieval(args.quora_dir)
-    sts = {split: read_stsb(Path(args.sts_dir) / f"sts-{split}.csv") for split in ("dev", "test")}
+    sts = {split: load_stsb_split(args.sts_dir, split) for split in ("dev", "test")}
     seeds = list(range(args.seed, args.seed + args.seeds))
     found = {name: score_checkpoint(path, data, sts, args, seeds) for name, path in checkpoints.items()}
     reference = found[next(iter(checkpoints))]["ivf"]
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         title=f"PyTorch float32; Quora MRR@10, IVF{args.nlist} nprobe {args.nprobe}, {len(seeds)} seeds"
     )
     columns = ("checkpoint", "STS-B dev", "STS-B test", "exact", "IVF mean (sd)", "paired diff (sd)")
-    for col in (*columns, "duplicate's list probed %", "cos duplicate / random"):
+    for col in (*columns, *GEOMETRY_COLUMNS):
         table.add_column(col, justify="left" if col == "checkpoint" else "right")
     for name, r in rows.items():
         table.add_row(
@@ -109,8 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['exact']:.2f}",
             f"{r['mean']:.2f} ({r['sd']:.2f})",
             f"{r['diff_mean']:+.2f} ({r['diff_sd']:.2f})",
-            f"{statistics.fmean(r['probed']):.2f}",
-            f"{r['duplicate_cosine']:.3f} / {r['random_cosine']:.3f}",
+            *geometry_cells(r),
         )
     console = Console(width=None if sys.stdout.isatty() else 170)
     console.print(table)

@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -76,6 +77,17 @@ def pair_geometry(vectors: np.ndarray, data: QuoraRetrieval, seed: int) -> dict[
         "duplicate_cosine": float(np.mean(np.sum(queries * duplicates, axis=1))),
         "random_cosine": float(np.mean(np.sum(queries * others, axis=1))),
     }
+
+
+GEOMETRY_COLUMNS = ("duplicate's list probed %", "cos duplicate / random")
+
+
+def geometry_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """A row's :data:`GEOMETRY_COLUMNS`: the probed share over the seeds, and :func:`pair_geometry`."""
+    return (
+        f"{statistics.fmean(row['probed']):.2f}",
+        f"{row['duplicate_cosine']:.3f} / {row['random_cosine']:.3f}",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -132,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     table = Table(title=f"Quora MRR@10, {len(data.corpus):,} documents, IVF{args.nlist} nprobe {args.nprobe}")
     columns = ("vectors", "exact", "% of ref.", "IVF mean (sd)", "% of ref.", "IVF - target PCA's")
-    for col in (*columns, "duplicate's list probed %", "cos duplicate / random"):
+    for col in (*columns, *GEOMETRY_COLUMNS):
         table.add_column(col, justify="left" if col == "vectors" else "right")
     for name, r in rows.items():
         table.add_row(
@@ -142,8 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['mean']:.2f} ({r['sd']:.2f})",
             f"{100 * r['mean'] / reference_exact:.2f}",
             f"{r['diff_mean']:+.2f}",
-            f"{statistics.fmean(r['probed']):.2f}",
-            f"{r['duplicate_cosine']:.3f} / {r['random_cosine']:.3f}",
+            *geometry_cells(r),
         )
     console = Console(width=None if sys.stdout.isatty() else 170)
     console.print(table)
