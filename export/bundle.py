@@ -131,7 +131,7 @@ def trained_widths(checkpoint: Path, dim: int) -> list[int]:
     return [int(w) for w in widths]
 
 
-def _write_manifest(tmp: Path, extra: dict[str, Any]) -> dict[str, Any]:
+def write_bundle_manifest(tmp: Path, extra: dict[str, Any]) -> dict[str, Any]:
     manifest = {
         "kind": BUNDLE_KIND,
         "created": now_iso(),
@@ -220,7 +220,7 @@ def build_bundle(
 
             record = calibrate(encoders["int8"].encode, calibration_texts, widths, calibration_source)
             quantization = {"quantization": record}
-        manifest = _write_manifest(
+        manifest = write_bundle_manifest(
             tmp,
             {
                 **asdict(info),

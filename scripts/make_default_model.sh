@@ -20,8 +20,12 @@ from pathlib import Path
 ckpt, bundle, out = (Path(p) for p in sys.argv[1:])
 read = lambda folder: json.loads((Path(folder) / "manifest.json").read_text())
 train, made = read(ckpt), read(bundle)
+rotation = train.get("rotate")  # distilembed rotate: the checkpoint below, its output rotated
+made_from = Path(rotation["source"]["path"]) if rotation else ckpt
+if rotation:
+    train = read(made_from)
 soup = "average" in train  # distilembed average: a model soup (of fine-tuned checkpoints, here)
-ingredients = {Path(p): read(p) for p in train["average"]["chosen"]} if soup else {ckpt: train}
+ingredients = {Path(p): read(p) for p in train["average"]["chosen"]} if soup else {made_from: train}
 first = next(iter(ingredients.values()))
 provenance = {
     "checkpoint": str(ckpt),
@@ -61,9 +65,12 @@ if soup:
         "ingredients": tunes,  # the fine-tuned ones among the chosen
     }
     sources = " ".join(s["path"] for s in mix["sources"])
-    provenance["made_by"].append(f"distilembed average {sources}{' --greedy' if greedy else ''} --out {ckpt}")
+    provenance["made_by"].append(f"distilembed average {sources}{' --greedy' if greedy else ''} --out {made_from}")
 elif tunes:
     provenance["finetune"] = {k: v for k, v in tunes[0].items() if k != "checkpoint"}
+if rotation:
+    provenance["rotate"] = {k: rotation[k] for k in ("source", "best_step", "dev_by_width")}
+    provenance["made_by"].append(f"distilembed rotate {made_from} --out {ckpt}")
 provenance["made_by"].append(
     f"bash scripts/make_default_model.sh {ckpt}  (runs distilembed export --model {ckpt} --out {bundle})"
 )

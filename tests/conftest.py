@@ -31,6 +31,16 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_dense_student(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny student checkpoint ending in an affine Dense layer (8-d), for whiten and rotate."""
+    from training.student import build_student
+
+    path = tmp_path_factory.mktemp("ckpt") / "student"
+    build_student(str(tiny_bert), dim=8, max_seq_len=16).save(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
 def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_sentence_model(tmp_path_factory.mktemp("models") / "tiny-teacher")
 

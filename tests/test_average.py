@@ -107,6 +107,14 @@ def test_a_soup_of_matryoshka_students_keeps_their_trained_widths(tmp_path: Path
     assert "matryoshka" not in average_checkpoints(sources, tmp_path / "mixed")
 
 
+def test_a_rotated_student_is_refused(tmp_path: Path) -> None:
+    sources = [_checkpoint(tmp_path, "a", 0.0), _checkpoint(tmp_path, "b", 1.0)]
+    (sources[1] / "manifest.json").write_text(json.dumps({"kind": "checkpoint", "rotate": {"best_step": 5}}))
+    with pytest.raises(UserError, match="average the sources, then rotate"):
+        average_checkpoints(sources, tmp_path / "soup")
+    assert not (tmp_path / "soup").exists()
+
+
 def test_greedy_soup_keeps_an_ingredient_only_when_the_score_does_not_drop(tmp_path: Path) -> None:
     # Score: closeness of the probe to 0.4. Own scores rank a (0) > b (1) > c (10). The soup a+b
     # (0.5) scores better than a alone and is kept; adding c (mean 3.67) scores worse and is dropped.

@@ -53,24 +53,15 @@ def test_bad_fits_are_user_errors(vectors: np.ndarray, power: float, message: st
         whitening_transform(vectors, power)
 
 
-@pytest.fixture(scope="module")
-def tiny_student(tiny_bert: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from training.student import build_student
-
-    path = tmp_path_factory.mktemp("ckpt") / "student"
-    build_student(str(tiny_bert), dim=8, max_seq_len=16).save(str(path))
-    return path
-
-
 def test_whitened_checkpoint_serves_the_normalised_transform_of_the_source(
-    tiny_student: Path, tmp_path: Path
+    tiny_dense_student: Path, tmp_path: Path
 ) -> None:
     from sentence_transformers import SentenceTransformer
 
     texts, probe = tiny_sentences(200, seed=7), tiny_sentences(5, seed=8)
     out = tmp_path / "white"
-    manifest = whiten_checkpoint(tiny_student, out, texts, [1.0], corpus="tiny")
-    source = SentenceTransformer(str(tiny_student), device="cpu")
+    manifest = whiten_checkpoint(tiny_dense_student, out, texts, [1.0], corpus="tiny")
+    source = SentenceTransformer(str(tiny_dense_student), device="cpu")
     mean, transform = whitening_transform(dense_outputs(source, texts), 1.0)
     expected = (dense_outputs(source, probe) - mean) @ transform
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
@@ -81,10 +72,10 @@ def test_whitened_checkpoint_serves_the_normalised_transform_of_the_source(
     assert np.cov(dense_outputs(white, texts), rowvar=False) == pytest.approx(np.eye(8), abs=1e-3)
     assert manifest["whiten"]["power"] == 1.0
     assert manifest["whiten"]["sentences"] == 200
-    assert manifest["whiten"]["source"]["path"] == str(tiny_student)
+    assert manifest["whiten"]["source"]["path"] == str(tiny_dense_student)
 
 
-def test_several_powers_keep_the_best_scoring_one(tiny_student: Path, tmp_path: Path) -> None:
+def test_several_powers_keep_the_best_scoring_one(tiny_dense_student: Path, tmp_path: Path) -> None:
     # Score: the mean absolute correlation between output dimensions, negated; stronger whitening
     # decorrelates more, so the largest power wins and every candidate is recorded.
     probe = tiny_sentences(300, seed=9)
@@ -94,7 +85,7 @@ def test_several_powers_keep_the_best_scoring_one(tiny_student: Path, tmp_path: 
         return -float(np.abs(corr - np.diag(np.diag(corr))).mean())
 
     manifest = whiten_checkpoint(
-        tiny_student, tmp_path / "w", tiny_sentences(300, seed=9), [0.0, 0.5, 1.0], score=score
+        tiny_dense_student, tmp_path / "w", tiny_sentences(300, seed=9), [0.0, 0.5, 1.0], score=score
     )
     info = manifest["whiten"]
     assert info["power"] == 1.0
@@ -103,13 +94,13 @@ def test_several_powers_keep_the_best_scoring_one(tiny_student: Path, tmp_path: 
     assert devs == sorted(devs) and info["dev_spearman"] == devs[-1]
 
 
-def test_matryoshka_and_dense_free_students_are_refused(tiny_student: Path, tmp_path: Path) -> None:
+def test_matryoshka_and_dense_free_students_are_refused(tiny_dense_student: Path, tmp_path: Path) -> None:
     texts = tiny_sentences(50)
     with pytest.raises(UserError, match="final Dense layer"):
         whiten_checkpoint(make_tiny_sentence_model(tmp_path / "plain"), tmp_path / "a", texts, [0.5])
     nested = tmp_path / "nested"
     nested.mkdir()
-    for item in tiny_student.iterdir():
+    for item in tiny_dense_student.iterdir():
         target = nested / item.name
         target.symlink_to(item, target_is_directory=item.is_dir())
     (nested / "manifest.json").write_text(json.dumps({"matryoshka": {"widths": [8, 4]}}))
@@ -118,8 +109,10 @@ def test_matryoshka_and_dense_free_students_are_refused(tiny_student: Path, tmp_
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
-def test_cli_bad_power_is_one_line(tiny_student: Path, tiny_data: Path, tmp_path: Path, run_cli) -> None:
-    args = ("whiten", str(tiny_student), "--out", str(tmp_path / "o"), "--corpus", "corpus.txt")
+def test_cli_bad_power_is_one_line(
+    tiny_dense_student: Path, tiny_data: Path, tmp_path: Path, run_cli
+) -> None:
+    args = ("whiten", str(tiny_dense_student), "--out", str(tmp_path / "o"), "--corpus", "corpus.txt")
     for power, message in (("2", "power must be in [0, 1]"), ("x", "--power takes comma-separated floats")):
         result = run_cli(
             *args, "--power", power, "--skip-sentences", "0", env={"DISTILEMBED_DATA_DIR": str(tiny_data)}

@@ -195,6 +195,8 @@ def average_checkpoints(
     mix = mixing_weights(weights, len(sources)) if weights is not None else None
     for source in sources:
         require_checkpoint(source)
+        if "rotate" in _manifest_or_empty(source):  # its Dense layer maps to its own rotated frame
+            raise UserError(f"{source} was rotated (distilembed rotate): average the sources, then rotate")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".average-", dir=out.parent) as scratch:
         work = Path(scratch)

@@ -34,7 +34,8 @@ def plot_curve(curve: list[dict[str, float]], path: Path, title: str) -> None:
         ax.plot(*zip(*losses, strict=True), color="tab:blue", lw=1.2, label="train loss")
     ax.set_xlabel("step")
     ax.set_ylabel("train loss", color="tab:blue")
-    ax.set_yscale("log")
+    if losses and min(loss for _, loss in losses) > 0:  # rotate's loss is a negated correlation
+        ax.set_yscale("log")
     if devs:
         ax2 = ax.twinx()
         ax2.plot(*zip(*devs, strict=True), color="tab:orange", marker="o", ms=3, label="STS-B dev")

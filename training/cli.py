@@ -1,4 +1,5 @@
-"""Training-stage subcommands: ``train``, ``eval``, ``targets``, ``average``, ``whiten`` and ``finetune``.
+"""Training-stage subcommands: ``train``, ``eval``, ``targets``, ``average``, ``whiten``, ``finetune``
+and ``rotate``.
 
 Heavy imports happen inside commands."""
 
@@ -385,6 +386,7 @@ def finetune_command(
 
 def register(app: typer.Typer) -> None:
     from training.eval_cli import eval_command
+    from training.rotate_cli import rotate_command
 
     app.command("train")(train_command)
     app.command("eval")(eval_command)
@@ -392,3 +394,4 @@ def register(app: typer.Typer) -> None:
     app.command("average")(average_command)
     app.command("whiten")(whiten_command)
     app.command("finetune")(finetune_command)
+    app.command("rotate")(rotate_command)
