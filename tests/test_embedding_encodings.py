@@ -388,7 +388,12 @@ def test_default_model_is_calibrated_on_wikipedia(make_client):
     client = make_client(Encoder(bundle, "int8", threads=1))
     codes = np.array(openai(client, "int8"))
     assert codes.shape == (len(TEXTS), 128)
+    widths = manifest["trained_widths"]
+    assert list(manifest["quantization"]["int8_ranges"]) == [str(w) for w in widths]
+    untrained = next(w for w in range(widths[0] - 1, 0, -1) if w not in widths)
     unprocessable(
-        client.post("/v1/embeddings", json={"input": "a", "encoding_format": "int8", "dimensions": 64}),
-        "widths: 128",
+        client.post(
+            "/v1/embeddings", json={"input": "a", "encoding_format": "int8", "dimensions": untrained}
+        ),
+        "widths: " + ", ".join(map(str, widths)),
     )
