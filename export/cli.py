@@ -136,6 +136,9 @@ def calibrate_command(
         str, Opt("--corpus", help="Corpus (.txt / .txt.gz, one sentence a line), or relative to --data-dir.")
     ],
     sentences: Annotated[int, Opt(min=1, help="Calibrate on the corpus's first N sentences.")] = 10_000,
+    widths: Annotated[
+        str | None, Opt(help="Widths to calibrate besides the trained ones, comma-separated (e.g. 96,48).")
+    ] = None,
     data_dir: Annotated[str | None, Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR")] = None,
 ) -> None:
     """Record int8/uint8 embedding ranges in a bundle's manifest (per trained width), atomically.
@@ -143,9 +146,14 @@ def calibrate_command(
     They are the per-dimension min and max of the corpus's vectors from the bundle's int8 graph,
     cut to each width and re-normalised; the service needs them for `encoding_format` int8/uint8.
     """
+    from distilembed.errors import UserError
     from export.quantize import calibrate_bundle
 
-    record = calibrate_bundle(bundle, corpus, sentences, data_dir)
+    try:
+        extra = [int(w) for w in (widths or "").split(",") if w.strip()]
+    except ValueError:
+        raise UserError(f"--widths takes comma-separated ints, got {widths!r}") from None
+    record = calibrate_bundle(bundle, corpus, sentences, data_dir, extra)
     widths, texts = ", ".join(record["int8_ranges"]), record["calibration"]["texts"]
     typer.echo(f"bundle {bundle}: int8 ranges for widths {widths} from {texts} texts")
 

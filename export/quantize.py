@@ -31,7 +31,7 @@ import numpy as np
 
 ENCODINGS = ("float", "base64", "int8", "uint8", "binary", "ubinary")
 CALIBRATED = ("int8", "uint8")  # the encodings that need ranges
-CALIBRATE_HINT = "distilembed export calibrate --bundle DIR --corpus FILE"
+CALIBRATE_HINT = "distilembed export calibrate --bundle DIR --corpus FILE --widths"
 
 
 def prefix(vectors: np.ndarray, width: int) -> np.ndarray:
@@ -138,21 +138,29 @@ def bundle_widths(manifest: dict[str, Any]) -> list[int]:
 
 
 def calibrate_bundle(
-    bundle: str | Path, corpus: str | Path, sentences: int = 10_000, data_dir: str | Path | None = None
+    bundle: str | Path,
+    corpus: str | Path,
+    sentences: int = 10_000,
+    data_dir: str | Path | None = None,
+    widths: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Encode the first ``sentences`` lines of ``corpus`` (.txt / .txt.gz, found relative to
     ``data_dir`` too) with the bundle's int8 encoder and write their ranges into its manifest.json,
-    atomically. The manifest's ``files`` hashes do not cover manifest.json, so the bundle still
-    verifies. Returns the ``quantization`` record."""
+    atomically, for its trained widths plus any of ``widths``. The manifest's ``files`` hashes do
+    not cover manifest.json, so the bundle still verifies. Returns the ``quantization`` record."""
     from distilembed.artifacts import atomic_write_json
+    from distilembed.errors import UserError
     from distilembed.paths import resolve_data_path
     from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, verify_bundle
     from training.data.text import read_sentences
 
     bundle = Path(bundle)
     encoder = Encoder(bundle, variant="int8")  # checks the bundle first
+    wanted = sorted(set(bundle_widths(encoder.manifest)) | {int(w) for w in widths}, reverse=True)
+    if wanted[-1] < 1 or wanted[0] > encoder.dim:
+        raise UserError(f"--widths must be within 1..{encoder.dim}, got {list(widths)}")
     texts = read_sentences(resolve_data_path(corpus, data_dir), limit=sentences)
-    record = calibrate(encoder.encode, texts, bundle_widths(encoder.manifest), str(corpus))
+    record = calibrate(encoder.encode, texts, wanted, str(corpus))
     manifest = {**encoder.manifest, "quantization": record}  # the manifest the encoder verified
     atomic_write_json(bundle / "manifest.json", manifest)
     verify_bundle(bundle, [MODEL_FILES["int8"], TOKENIZER_FILE])

@@ -352,6 +352,32 @@ def test_export_calibrate_command(tiny_bundle, tiny_data, tmp_path, make_client)
     assert missing.returncode == 2 and "corpus not found" in missing.stderr
     assert "Traceback" not in missing.stderr
 
+    args = (
+        "export",
+        "calibrate",
+        "--bundle",
+        str(bundle),
+        "--corpus",
+        "corpus.txt",
+        "--data-dir",
+        str(tiny_data),
+    )
+    more = _cli(*args, "--sentences", "50", "--widths", "3,6")  # beside the trained width, never instead
+    assert more.returncode == 0, more.stderr
+    assert client.get("/info").json()["int8_widths"] == [8]  # this client's encoder read the old manifest
+    ranges = json.loads((bundle / "manifest.json").read_text())["quantization"]["int8_ranges"]
+    assert list(ranges) == ["8", "6", "3"] and ranges["6"] == expected_at(encoder, tiny_data, 6)
+    for bad, message in (("9", "within 1..8"), ("x", "--widths takes comma-separated ints")):
+        refused = _cli(*args, "--widths", bad)
+        assert refused.returncode == 2 and message in refused.stderr and "Traceback" not in refused.stderr
+
+
+def expected_at(encoder: object, data: Path, width: int) -> list[list[float]]:
+    from training.data.text import read_sentences
+
+    vectors = encoder.encode(read_sentences(data / "corpus.txt", limit=50))  # type: ignore[attr-defined]
+    return calibration_ranges(vectors, [width])[str(width)]
+
 
 def test_export_records_ranges_with_a_calibration_corpus(tiny_bert, tiny_data, tmp_path):
     from training.student import build_student
