@@ -25,8 +25,8 @@ import numpy as np
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, read_manifest
 from export.bundle import write_bundle_manifest
-from export.quantize import calibrate_bundle
-from export.runtime import MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder
+from export.quantize import calibrate_bundle, int8_widths
+from export.runtime import MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder, Variant
 from training.rotation import RotationRequest, fit_output_rotation, rotation_record
 
 ROTATION = "matryoshka_rotation"
@@ -59,10 +59,15 @@ def append_rotation(model: Any, rotation: np.ndarray) -> Any:
     return model
 
 
-def _check(source: Encoder, rotated: Path, rotation: np.ndarray, texts: list[str]) -> float:
-    """Largest deviation of the rotated bundle's embeddings from the source's times R."""
-    expected = source.encode(texts) @ rotation
-    worst = float(np.abs(Encoder(rotated, variant=source.variant).encode(texts) - expected).max())
+def _check(
+    source: Path, rotated: Path, variants: list[Variant], rotation: np.ndarray, texts: list[str]
+) -> float:
+    """Largest deviation, over the graphs, of the rotated bundle's embeddings from the source's times R."""
+    worst = 0.0
+    for variant in variants:
+        expected = Encoder(source, variant=variant).encode(texts) @ rotation
+        got = Encoder(rotated, variant=variant).encode(texts)
+        worst = max(worst, float(np.abs(got - expected).max()))
     if worst > CHECK_TOLERANCE:
         raise BundleError(f"the rotated graph's embeddings differ from the source's times R by {worst:.2e}")
     return worst
@@ -80,7 +85,8 @@ def rotate_bundle(
 
     encoder = Encoder(source, variant="int8")  # verifies the source's hashes
     fit, widths = fit_output_rotation(encoder.encode, encoder.dim, request)
-    present = [name for name in MODEL_FILES.values() if (source / name).is_file()]
+    variants: list[Variant] = [v for v, name in MODEL_FILES.items() if (source / name).is_file()]
+    present = [MODEL_FILES[v] for v in variants]
     original = encoder.manifest
     with atomic_directory(out, overwrite=overwrite) as tmp:
         for name in present:
@@ -93,11 +99,13 @@ def rotate_bundle(
         )
         dev = request.dev_pairs
         texts = sorted({p.sentence1 for p in dev} | {p.sentence2 for p in dev})[:CHECK_SENTENCES]
-        record["check_max_abs_diff"] = _check(encoder, tmp, fit.rotation, texts)
+        record["check_max_abs_diff"] = _check(source, tmp, variants, fit.rotation, texts)
         atomic_write_json(tmp / "manifest.json", manifest)  # the files' hashes do not cover manifest.json
         calibration = (original.get("quantization") or {}).get("calibration")
         if calibration:  # every prefix's value ranges move: recalibrate on the source's own text
-            calibrate_bundle(tmp, calibration["source"], calibration["texts"], data_dir)
+            calibrate_bundle(
+                tmp, calibration["source"], calibration["texts"], data_dir, int8_widths(original)
+            )
         if (source / PROVENANCE).is_file():
             provenance = json.loads((source / PROVENANCE).read_text(encoding="utf-8"))
             provenance["rotate"] = {k: record[k] for k in ("source", "best_step", "dev_by_width")}

@@ -47,7 +47,7 @@ def test_append_rotation_by_hand_and_a_second_one_composes() -> None:
 def test_cli_rotates_a_bundle(tiny_bundle: Path, nli_data: Path, tmp_path: Path, run_cli) -> None:
     source = tmp_path / "calibrated"
     shutil.copytree(tiny_bundle, source)
-    calibrate_bundle(source, "corpus.txt", 50, nli_data)
+    calibrate_bundle(source, "corpus.txt", 50, nli_data, widths=[3])  # 3: an extra width, kept
     out = tmp_path / "rotated"
     args = ("--matryoshka", "8,4,2", "--triplets", "nli/triplets.csv", "--steps", "20", "--eval-every", "5")
     result = run_cli(
@@ -69,7 +69,7 @@ def test_cli_rotates_a_bundle(tiny_bundle: Path, nli_data: Path, tmp_path: Path,
         json.loads((source / "manifest.json").read_text())["quantization"],
         manifest["quantization"],
     )
-    assert set(after["int8_ranges"]) == {"8", "4", "2"} and set(before["int8_ranges"]) == {"8"}
+    assert set(after["int8_ranges"]) == {"8", "4", "3", "2"} and set(before["int8_ranges"]) == {"8", "3"}
 
     import onnx
     from onnx import numpy_helper
