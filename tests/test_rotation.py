@@ -150,3 +150,24 @@ def test_cli_bad_input_is_one_line(
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not out.exists()
+
+
+def test_cli_reads_the_users_own_scored_pairs(
+    tiny_dense_student: Path, tiny_data: Path, tmp_path: Path, run_cli
+) -> None:
+    from training.data.sts import load_stsb_split
+
+    rows = [(p.sentence1, p.sentence2, p.score) for p in load_stsb_split(tiny_data / "sts", "train")]
+    own = tmp_path / "own.tsv"
+    own.write_text("score\tsentence1\tsentence2\n" + "".join(f"{s}\t{a}\t{b}\n" for a, b, s in rows))
+    args = ("rotate", str(tiny_dense_student), "--triplets", "none", "--steps", "3", "--eval-every", "1")
+    env = {"DISTILEMBED_DATA_DIR": str(tiny_data)}
+    result = run_cli(*args, "--out", str(tmp_path / "a"), "--pairs", str(own), env=env)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["rotate"]["pairs"] == str(own) and manifest["rotate"]["pairs_used"] > 0
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("a,b,label\nx,y,1\n")
+    refused = run_cli(*args, "--out", str(tmp_path / "b"), "--pairs", str(wrong), env=env)
+    assert refused.returncode == 2 and "missing: sentence1, sentence2, score" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "b").exists()

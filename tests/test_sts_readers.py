@@ -14,6 +14,7 @@ from training.data.sts import (
     find_sts_sets,
     load_stsb_split,
     locate_sts_sets,
+    read_scored_pairs,
     read_senteval_sts,
     read_sick,
     read_stsb,
@@ -240,3 +241,23 @@ def test_read_stsb_by_genre_splits_read_stsb_by_column_one(tmp_path):
     assert [len(pairs) for pairs in genres.values()] == [1, 2, 1]
     assert genres["main-captions"] == [read_stsb(path)[1], read_stsb(path)[3]]
     assert [p.score for p in read_stsb(path)] == [1.2, 2.5, 4.0, 2.5]  # read_stsb keeps file order
+
+
+def test_read_scored_pairs_takes_stsb_or_a_named_header(tmp_path, caplog):
+    stsb = tmp_path / "sts-train.csv"
+    stsb.write_text("\n".join(PROCESSED) + "\n")
+    assert read_scored_pairs(stsb) == read_stsb(stsb)
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text(
+        "id\tsentence1\tsentence2\tscore\n1\ta cat\ta kitten\t0.9\n2\ta cat\t\t0.1\n3\tx\ty\tn/a\n"
+    )
+    with caplog.at_level(logging.WARNING):
+        assert read_scored_pairs(tsv) == [STSPair("a cat", "a kitten", 0.9)]
+    assert "skipped 2 malformed line(s)" in caplog.text
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text('sentence1,sentence2,score\n"a dog, barking",a dog,4\n')
+    assert read_scored_pairs(csv_file) == [STSPair("a dog, barking", "a dog", 4.0)]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text_a,text_b,label\na,b,1\n")
+    with pytest.raises(UserError, match="missing: sentence1, sentence2, score"):
+        read_scored_pairs(bad)

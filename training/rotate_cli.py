@@ -30,7 +30,11 @@ def rotate_command(
         str | None, Opt(help="Loss weight per width (the full width's is unused: its cosines do not change).")
     ] = None,
     pairs: Annotated[
-        str, Opt(help="Labelled STS pairs (STS Benchmark csv) whose correlation is fitted; none to skip.")
+        str,
+        Opt(
+            help="Labelled pairs whose correlation is fitted: an STS Benchmark csv, or a csv/tsv with "
+            "columns sentence1, sentence2, score; none to skip."
+        ),
     ] = "sts/stsbenchmark/sts-train.csv",
     triplets: Annotated[
         str, Opt(help="NLI triplets (as finetune reads them) for the contrastive term; none to skip.")
@@ -55,7 +59,7 @@ def rotate_command(
     from distilembed.paths import resolve_data_path
     from training.data.extra_text import drop_excluded_triplets, excluded_keys, normalise
     from training.data.pairs import load_triplets
-    from training.data.sts import find_sts_sets, load_stsb_split, read_stsb
+    from training.data.sts import find_sts_sets, load_stsb_split, read_scored_pairs
     from training.rotation import RotationRequest, RotationSettings, rotate_checkpoint
 
     is_bundle = (model / "manifest.json").is_file() and read_manifest(model).get("kind") == "bundle"
@@ -68,7 +72,9 @@ def rotate_command(
     held_out = {normalise(s) for p in dev + test for s in (p.sentence1, p.sentence2)}
     held_out |= excluded_keys(exclude_text or [], data_dir)
     info: dict[str, object] = {"pairs": pairs, "triplets": triplets}
-    found_pairs = [] if pairs == NONE else read_stsb(_existing(resolve_data_path(pairs, data_dir), "--pairs"))
+    found_pairs = (
+        [] if pairs == NONE else read_scored_pairs(_existing(resolve_data_path(pairs, data_dir), "--pairs"))
+    )
     kept_pairs = [p for p in found_pairs if not {normalise(p.sentence1), normalise(p.sentence2)} & held_out]
     info.update(pairs_used=len(kept_pairs), pairs_excluded=len(found_pairs) - len(kept_pairs))
     kept_triplets, dropped = (

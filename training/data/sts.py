@@ -107,6 +107,39 @@ def read_stsb(path: str | Path) -> list[STSPair]:
     return [pair for _, pair in _stsb_rows(path)]
 
 
+SCORED_COLUMNS = ("sentence1", "sentence2", "score")
+
+
+def read_scored_pairs(path: str | Path) -> list[STSPair]:
+    """Labelled pairs of any scale: an STS Benchmark csv, or a csv / tsv whose header names the
+    columns ``sentence1``, ``sentence2`` and ``score`` (sentence-transformers' STS datasets' names;
+    other columns are ignored). Rows without a numeric score are skipped with a warning."""
+    import csv
+
+    path = Path(path)
+    first = next((line for _, line in _lines(path)), "")
+    if first.count("\t") >= STSB_FIELDS - 1 and not set(SCORED_COLUMNS) <= set(first.split("\t")):
+        return read_stsb(path)
+    delimiter = "\t" if "\t" in first else ","
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter=delimiter)
+        missing = [c for c in SCORED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(
+                f"{path}: want an STS Benchmark csv or a header with {', '.join(SCORED_COLUMNS)} "
+                f"(missing: {', '.join(missing)})"
+            )
+        skips, pairs = _Skips(path), []
+        for lineno, row in enumerate(reader, 2):
+            score = _score(row["score"] or "")
+            if score is None or not row["sentence1"] or not row["sentence2"]:
+                skips.skip(lineno, "no score or an empty sentence")
+                continue
+            pairs.append(STSPair(row["sentence1"].strip(), row["sentence2"].strip(), score))
+    skips.summary()
+    return _nonempty(pairs, path)
+
+
 def read_stsb_by_genre(path: str | Path) -> dict[str, list[STSPair]]:
     """:func:`read_stsb`'s pairs split by the genre column (main-captions, main-news, main-forums),
     genres in order of first appearance, pairs in file order."""
