@@ -15,7 +15,6 @@ the first one.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from quora_sr import add_ivf_args
 from results_doc import named_path, run_info
 from target_space import GEOMETRY_COLUMNS, geometry_cells, pair_geometry
 
+from distilembed.artifacts import atomic_write_json
 from training.data.sts import STSPair, load_stsb_split
 from training.evaluation import evaluate_model_pairs
 
@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     console = Console(width=None if sys.stdout.isatty() else 170)
     console.print(table)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(args.out, result)
     console.print(f"wrote {args.out}")
 
 

@@ -16,7 +16,6 @@ seed) with its standard deviation. Shares are of the teacher's exact search on t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -41,6 +40,8 @@ from quora_sr import (
     teacher_vectors,
 )
 from results_doc import named_path, run_info
+
+from distilembed.artifacts import atomic_write_json
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
     console.print(f"teacher exact MRR@10: {teacher_exact:.2f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(args.out, result)
     console.print(f"wrote {args.out}")
 
 

@@ -18,7 +18,6 @@ cosine of a query with its duplicate beside that with a random other document.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -35,6 +34,8 @@ from ivf_seeds import parse_bundles, search_mrrs, summarise
 from quora_data import QuoraRetrieval, load_quora_retrieval
 from quora_sr import add_ivf_args, add_model_args, teacher_vectors, unit_rows
 from results_doc import named_path, run_info
+
+from distilembed.artifacts import atomic_write_json
 
 
 def target_pca_name(args: argparse.Namespace) -> str:
@@ -158,8 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     console = Console(width=None if sys.stdout.isatty() else 170)
     console.print(table)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(args.out, result)
     console.print(f"wrote {args.out}")
 
 

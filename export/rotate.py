@@ -59,15 +59,12 @@ def append_rotation(model: Any, rotation: np.ndarray) -> Any:
     return model
 
 
-def _check(
-    source: Path, rotated: Path, variants: list[Variant], rotation: np.ndarray, texts: list[str]
-) -> float:
+def _check(sources: dict[Variant, Encoder], rotated: Path, rotation: np.ndarray, texts: list[str]) -> float:
     """Largest deviation, over the graphs, of the rotated bundle's embeddings from the source's times R."""
     worst = 0.0
-    for variant in variants:
-        expected = Encoder(source, variant=variant).encode(texts) @ rotation
+    for variant, source in sources.items():
         got = Encoder(rotated, variant=variant).encode(texts)
-        worst = max(worst, float(np.abs(got - expected).max()))
+        worst = max(worst, float(np.abs(got - source.encode(texts) @ rotation).max()))
     if worst > CHECK_TOLERANCE:
         raise BundleError(f"the rotated graph's embeddings differ from the source's times R by {worst:.2e}")
     return worst
@@ -99,8 +96,10 @@ def rotate_bundle(
         )
         dev = request.dev_pairs
         texts = sorted({p.sentence1 for p in dev} | {p.sentence2 for p in dev})[:CHECK_SENTENCES]
-        record["check_max_abs_diff"] = _check(source, tmp, variants, fit.rotation, texts)
-        atomic_write_json(tmp / "manifest.json", manifest)  # the files' hashes do not cover manifest.json
+        sources = {v: encoder if v == "int8" else Encoder(source, variant=v) for v in variants}
+        record = {**record, "check_max_abs_diff": _check(sources, tmp, fit.rotation, texts)}
+        # The files' hashes do not cover manifest.json: the check's result joins it after the check.
+        atomic_write_json(tmp / "manifest.json", {**manifest, "rotate": record})
         calibration = (original.get("quantization") or {}).get("calibration")
         if calibration:  # every prefix's value ranges move: recalibrate on the source's own text
             calibrate_bundle(

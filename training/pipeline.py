@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -228,15 +228,12 @@ def dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
     return dev_score
 
 
-def final_scores(
-    best_dir: Path, device: str, sts_dir: Path, widths: Widths
-) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The best student, its STS scores at full width, and the Matryoshka report (the trained
-    widths and weights, and the STS scores at each narrower width)."""
-    from sentence_transformers import SentenceTransformer
-
-    best = SentenceTransformer(str(best_dir), device=device)
-    encode, sets = memoised(sentence_transformer_encoder(best, batch_size=128)), find_sts_sets(sts_dir)
+def matryoshka_scores(
+    model: Any, sets: Mapping[str, Any], widths: Widths
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A student's STS scores at full width, and the Matryoshka report (the trained widths and
+    weights, and the STS scores at each narrower width), every sentence encoded once."""
+    encode = memoised(sentence_transformer_encoder(model, batch_size=128))
     sts = evaluate_sts(encode, sets)
     by_width = {m: evaluate_sts(truncated(encode, m), sets) for m in widths.widths[1:]}
     report = {
@@ -245,6 +242,17 @@ def final_scores(
         "selection": "mean STS-B dev over the widths" if widths.nested else "STS-B dev",
         "scores": {str(m): {k: round(v, 2) for k, v in r["scores"].items()} for m, r in by_width.items()},
     }
+    return sts, report
+
+
+def final_scores(
+    best_dir: Path, device: str, sts_dir: Path, widths: Widths
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The best student, its STS scores at full width, and the Matryoshka report."""
+    from sentence_transformers import SentenceTransformer
+
+    best = SentenceTransformer(str(best_dir), device=device)
+    sts, report = matryoshka_scores(best, find_sts_sets(sts_dir), widths)
     return best, sts, report
 
 

@@ -37,10 +37,11 @@ from distilembed.errors import UserError
 from training.checkpoint import write_checkpoint
 from training.data.pairs import Triplet
 from training.data.sts import STSPair
-from training.evaluation import EncodeFn, evaluate_pairs, evaluate_sts, memoised, truncated, vector_lookup
+from training.evaluation import EncodeFn, evaluate_pairs, truncated, vector_lookup
 from training.losses.correlation import pearson_loss
 from training.losses.distilcse import ContrastiveFinetuneLoss
 from training.losses.matryoshka import Widths, prefix
+from training.pipeline import matryoshka_scores
 from training.teachers import embedding_dimension
 from training.whitening import apply_whitening, dense_outputs
 
@@ -246,28 +247,6 @@ def rotation_record(source: Path, fit: RotationFit, request: RotationRequest) ->
     }
 
 
-def scores_by_width(
-    model: Any, sets: Mapping[str, Any], widths: Widths
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """The STS sets' scores at full width, and the Matryoshka record with those at each narrower one."""
-    from training.evaluation import sentence_transformer_encoder
-
-    encode = memoised(sentence_transformer_encoder(model, batch_size=128))
-    full = {k: round(v, 2) for k, v in evaluate_sts(encode, sets)["scores"].items()}
-    narrower = {
-        str(m): {k: round(v, 2) for k, v in evaluate_sts(truncated(encode, m), sets)["scores"].items()}
-        for m in widths.widths[1:]
-    }
-    record = {
-        "widths": list(widths.widths),
-        "weights": list(widths.weights),
-        "selection": "mean STS-B dev over the widths",
-        "fitted_by": "rotate",
-        "scores": narrower,
-    }
-    return full, record
-
-
 def rotate_checkpoint(
     source: Path, out: Path, request: RotationRequest, sts_sets: Mapping[str, Any], overwrite: bool = False
 ) -> dict[str, Any]:
@@ -277,13 +256,12 @@ def rotate_checkpoint(
     require_checkpoint(source)
     model = SentenceTransformer(str(source), device="cpu")
     dim = embedding_dimension(model)
-    dense_outputs(model, ["a"])  # a pipeline without a final affine Dense layer fails here, before the fit
     fit, widths = fit_output_rotation(
         lambda texts: dense_outputs(model, texts, batch_size=128, progress=True), dim, request
     )
     apply_whitening(model, np.zeros(dim), fit.rotation)
     first = read_manifest(source) if (source / "manifest.json").is_file() else {}
-    full, matryoshka = scores_by_width(model, sts_sets, widths)
+    sts, matryoshka = matryoshka_scores(model, sts_sets, widths)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".rotate-", dir=out.parent) as scratch:
         folder = Path(scratch) / "model"
@@ -291,8 +269,8 @@ def rotate_checkpoint(
         manifest = {
             **{key: first[key] for key in CARRIED if key in first},
             "method": first.get("method", "unknown"),
-            "scores": full,
-            "matryoshka": matryoshka,
+            "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
+            "matryoshka": {**matryoshka, "fitted_by": "rotate"},  # widths are nested: selection is the mean
             "rotate": rotation_record(source, fit, request),
         }
         write_checkpoint(folder, out, manifest, curve=fit.curve, overwrite=overwrite)

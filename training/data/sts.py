@@ -117,12 +117,14 @@ def read_scored_pairs(path: str | Path) -> list[STSPair]:
     import csv
 
     path = Path(path)
-    first = next((line for _, line in _lines(path)), "")
-    if first.count("\t") >= STSB_FIELDS - 1 and not set(SCORED_COLUMNS) <= set(first.split("\t")):
-        return read_stsb(path)
-    delimiter = "\t" if "\t" in first else ","
+    if not path.is_file():
+        raise UserError(f"STS file not found: {path}")
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter=delimiter)
+        first = handle.readline().rstrip("\r\n")
+        if first.count("\t") >= STSB_FIELDS - 1 and not set(SCORED_COLUMNS) <= set(first.split("\t")):
+            return read_stsb(path)
+        handle.seek(0)
+        reader = csv.DictReader(handle, delimiter="\t" if "\t" in first else ",")
         missing = [c for c in SCORED_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise UserError(
