@@ -13,6 +13,9 @@ cosine of a query with its duplicate beside that with a random other document.
 
     python bench/target_space.py --bundle default=models/default \
         --out bench/results/target_space.json
+
+``--neighbourhood-preset congen-ens-hpd-cpu`` adds the target that ``train --target-reduction
+neighbourhood`` fits (decision 58) on that preset's text.
 """
 
 from __future__ import annotations
@@ -59,11 +62,41 @@ def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray)
     sample = main[rng.choice(len(main), size=min(args.corpus_pca_sample, len(main)), replace=False)]
     on_corpus = PCATargets.fit(sample, args.dim, args.pca_seed)
     name = " + ".join([args.teacher, *args.ensemble_teacher])
-    return {
+    spaces = {
         f"target teacher ({name}), {full.shape[1]}-d": unit_rows(full),
         target_pca_name(args): unit_rows(pca.transform(full)),
         f"{args.teacher} PCA-{args.dim} fitted on the Quora corpus": unit_rows(on_corpus.transform(main)),
     }
+    if args.neighbourhood_preset:
+        refit = neighbourhood_target(args, teacher, pca, fit_text)
+        spaces[f"the same refitted to keep neighbours ({args.neighbourhood_preset}'s text)"] = unit_rows(
+            refit.transform(full)
+        )
+    return spaces
+
+
+def neighbourhood_target(args: argparse.Namespace, teacher: Any, pca: Any, fit_text: list[str]) -> Any:
+    """``train --target-reduction neighbourhood``'s refit of the target PCA, on the text a run of
+    ``--neighbourhood-preset`` trains on, picked on STS-B dev as training picks it."""
+    from training.config import make_config
+    from training.data.sts import load_stsb_split
+    from training.evaluation import evaluate_vectors
+    from training.target_reduction import fit_neighbourhood_reduction
+    from training.training_text import training_text
+
+    data_dir = os.environ.get("DISTILEMBED_DATA_DIR")
+    cfg = make_config(args.neighbourhood_preset, {})
+    embeddings = np.concatenate(
+        [teacher.targets(fit_text)[0], teacher.targets(training_text(cfg, data_dir).corpus)[0]]
+    ).astype(np.float32)
+    pairs = load_stsb_split(f"{data_dir}/sts/stsbenchmark", "dev")
+    sentences = sorted({s for p in pairs for s in (p.sentence1, p.sentence2)})
+    dev = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
+    refit, report = fit_neighbourhood_reduction(
+        pca, embeddings, lambda r: evaluate_vectors(sentences, r.transform(dev), pairs), seed=cfg.seed
+    )
+    print(f"target refit: STS-B dev {report['dev_pca']:.2f} (PCA) -> {report['dev']:.2f}")
+    return refit
 
 
 def pair_geometry(vectors: np.ndarray, data: QuoraRetrieval, seed: int) -> dict[str, float]:
@@ -101,6 +134,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--pca-seed", type=int, default=42, help="the training run's --seed")
     parser.add_argument("--corpus-pca-sample", type=int, default=20_000)
+    parser.add_argument(
+        "--neighbourhood-preset",
+        default=None,
+        help="also score the target PCA refitted to keep neighbours on this training preset's text",
+    )
     add_ivf_args(parser)  # --seed: the first IVF seed
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--nprobe", type=int, default=5)

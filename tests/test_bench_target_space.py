@@ -48,6 +48,7 @@ def test_the_target_pca_is_fitted_on_the_fit_text_alone(
         pca_seed=42,
         seed=0,
         corpus_pca_sample=10,
+        neighbourhood_preset=None,
     )
     spaces = target_space.target_spaces(args, corpus, main)
     assert list(spaces) == [

@@ -155,6 +155,13 @@ def train_command(
             help="Partially whiten the PCA targets: component variances v become v^(1 - P); 0 keeps the PCA."
         ),
     ] = None,
+    target_reduction: Annotated[
+        str | None,
+        Opt(
+            help="Cut the teacher's targets to --dim by PCA (pca, the default) or by the PCA refitted "
+            "to keep each training sentence's neighbours (neighbourhood)."
+        ),
+    ] = None,
     congen_teacher_space: Annotated[
         str | None,
         Opt(

@@ -80,6 +80,9 @@ class TrainConfig:
     matryoshka_weights: tuple[float, ...] = ()
     # Partial whitening of the PCA targets: component variances v become v^(1 - p) (0: plain PCA).
     pca_whiten: float = 0.0
+    # How the teacher's targets are cut to dim: "pca", or "neighbourhood" (the PCA refitted to keep
+    # each training sentence's neighbours, training/target_reduction.py; decision 58).
+    target_reduction: str = "pca"
     # What each narrower width of a ConGen student learns: "prefix" (the teacher's PCA coordinates
     # cut to the same width) or "full" (the teacher's full-width similarity distribution).
     matryoshka_targets: str = "prefix"
@@ -204,6 +207,17 @@ class TrainConfig:
             if len(values) != len(self.widths().widths) or min(values) <= 0:
                 raise UserError(f"{flag} needs one positive value per --matryoshka width, got {list(values)}")
 
+    def _validate_target_reduction(self) -> None:
+        if self.target_reduction not in TARGET_REDUCTIONS:
+            known = ", ".join(TARGET_REDUCTIONS)
+            raise UserError(f"unknown --target-reduction {self.target_reduction!r} (known: {known})")
+        if self.target_reduction == "pca":
+            return
+        if self.pca_whiten:
+            raise UserError("--target-reduction neighbourhood refits a plain PCA; drop --pca-whiten")
+        if self.matryoshka:
+            raise UserError("--target-reduction neighbourhood has no ordered prefixes; not with --matryoshka")
+
     def _validate_congen_fields(self) -> None:
         if self.matryoshka_targets not in MATRYOSHKA_TARGETS:
             known = ", ".join(MATRYOSHKA_TARGETS)
@@ -217,6 +231,7 @@ class TrainConfig:
             raise UserError(f"--congen-teacher-space is ConGen's; not for --method {self.method}")
         if not 0.0 <= self.pca_whiten <= 1.0:
             raise UserError(f"--pca-whiten must be in [0, 1], got {self.pca_whiten}")
+        self._validate_target_reduction()
         self._validate_width_temperatures()
         if self.hpd_weight < 0:
             raise UserError("--hpd-weight must not be negative")
@@ -232,6 +247,7 @@ class TrainConfig:
 
 MATRYOSHKA_TARGETS = ("prefix", "full")
 CONGEN_TEACHER_SPACES = ("pca", "full")
+TARGET_REDUCTIONS = ("pca", "neighbourhood")
 
 PRESETS: dict[str, TrainConfig] = {
     # End-to-end check of the whole path in a few minutes on 2 CPU cores.
