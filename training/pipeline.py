@@ -34,7 +34,7 @@ from training.losses.hpd import PCATargets
 from training.losses.matryoshka import Widths
 from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
 from training.student import count_parameters
-from training.target_reduction import fit_neighbourhood_reduction
+from training.target_reduction import fit_targets
 from training.teacher_ensemble import AnyTeacher, build_teacher, ensemble_weights
 from training.teachers import resolve_model
 from training.trainer import LoopState, Trainer, remove_workdir, resolve_device
@@ -134,29 +134,6 @@ def _teacher_reference(teacher: AnyTeacher, pca: PCATargets, sts_dir: Path) -> d
         for name, vectors in (("full", full), (f"pca{len(pca.components)}", pca.transform(full))):
             out[f"stsb_{split}_{name}"] = round(evaluate_vectors(sentences, vectors, pairs), 2)
     return out
-
-
-def _fit_targets(
-    cfg: TrainConfig, fit: np.ndarray, corpus: np.ndarray | None, teacher: AnyTeacher, sts_dir: Path
-) -> tuple[PCATargets, dict[str, Any]]:
-    """The PCA to ``cfg.dim`` fitted on ``fit`` and, with ``--target-reduction neighbourhood``, refitted
-    on ``fit`` and the ``corpus`` (None: ``fit`` is a sample of it) at the step whose reduced teacher
-    scores best on STS-B dev."""
-    pca = PCATargets.fit(np.asarray(fit, dtype=np.float32), cfg.dim, cfg.seed, cfg.pca_whiten)
-    if cfg.target_reduction == "pca":
-        return pca, {"method": "pca"}
-    pairs, sentences = _reference_sentences(sts_dir, "dev")
-    dev = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
-    reduced, report = fit_neighbourhood_reduction(
-        pca,
-        np.concatenate([np.asarray(fit)] + ([] if corpus is None else [np.asarray(corpus)])).astype(
-            np.float32
-        ),
-        lambda r: evaluate_vectors(sentences, r.transform(dev), pairs),
-        seed=cfg.seed,
-    )
-    log.info("target reduction: STS-B dev %.2f (PCA) -> %.2f", report["dev_pca"], report["dev"])
-    return reduced, report
 
 
 def _warm_start_projection(
@@ -319,7 +296,8 @@ def run_training(
             "(raise --n-sentences or --pca-sample, or fit it on --pca-fit sts/stsbenchmark/sts-train.csv)"
         )
     with clock.stage("pca"):
-        pca, reduction = _fit_targets(cfg, pca_fit_targets, base if pca_texts else None, teacher, sts_dir)
+        dev = _reference_sentences(sts_dir, "dev")
+        pca, reduction = fit_targets(cfg, pca_fit_targets, base if pca_texts else None, teacher, dev)
         all_texts = texts + [t for s in extra_sets for t in s]
         targets = torch.from_numpy(
             np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])

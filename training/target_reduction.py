@@ -9,16 +9,22 @@ so the training targets keep the PCA's total variance: HPD's squared errors stay
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from training.evaluation import evaluate_vectors
 from training.losses.hpd import PCATargets
 from training.losses.neighbourhood import neighbourhood_loss
+
+if TYPE_CHECKING:
+    from training.config import TrainConfig
+    from training.data.sts import STSPair
+    from training.teacher_ensemble import AnyTeacher
 
 
 def fit_neighbourhood_reduction(
@@ -79,3 +85,28 @@ def fit_neighbourhood_reduction(
         "curve": curve,
     }
     return as_targets(best_w), report
+
+
+def fit_targets(
+    cfg: TrainConfig,
+    fit: np.ndarray,
+    corpus: np.ndarray | None,
+    teacher: AnyTeacher,
+    dev: tuple[Sequence[STSPair], list[str]],
+) -> tuple[PCATargets, dict[str, Any]]:
+    """The PCA to ``cfg.dim`` fitted on ``fit`` and, with ``--target-reduction neighbourhood``, refitted
+    on ``fit`` and the ``corpus`` (None: ``fit`` is a sample of it) at the step whose reduced teacher
+    scores best on STS-B ``dev`` (its pairs and distinct sentences)."""
+    pca = PCATargets.fit(np.asarray(fit, dtype=np.float32), cfg.dim, cfg.seed, cfg.pca_whiten)
+    if cfg.target_reduction == "pca":
+        return pca, {"method": "pca"}
+    pairs, sentences = dev
+    vectors = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
+    return fit_neighbourhood_reduction(
+        pca,
+        np.concatenate([np.asarray(fit)] + ([] if corpus is None else [np.asarray(corpus)])).astype(
+            np.float32
+        ),
+        lambda r: evaluate_vectors(sentences, r.transform(vectors), pairs),
+        seed=cfg.seed,
+    )
