@@ -57,7 +57,8 @@ def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray)
     )
     full = np.asarray(teacher.targets(corpus)[0], dtype=np.float32)
     fit_text = source_sentences(args.pca_fit, os.environ.get("DISTILEMBED_DATA_DIR"))
-    pca = PCATargets.fit(np.asarray(teacher.targets(fit_text)[0], dtype=np.float32), args.dim, args.pca_seed)
+    fit_vectors = np.asarray(teacher.targets(fit_text)[0], dtype=np.float32)
+    pca = PCATargets.fit(fit_vectors, args.dim, args.pca_seed)
     rng = np.random.default_rng(args.seed)
     sample = main[rng.choice(len(main), size=min(args.corpus_pca_sample, len(main)), replace=False)]
     on_corpus = PCATargets.fit(sample, args.dim, args.pca_seed)
@@ -68,33 +69,25 @@ def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray)
         f"{args.teacher} PCA-{args.dim} fitted on the Quora corpus": unit_rows(on_corpus.transform(main)),
     }
     if args.neighbourhood_preset:
-        refit = neighbourhood_target(args, teacher, pca, fit_text)
+        refit = neighbourhood_target(args, teacher, fit_vectors)
         spaces[f"the same refitted to keep neighbours ({args.neighbourhood_preset}'s text)"] = unit_rows(
             refit.transform(full)
         )
     return spaces
 
 
-def neighbourhood_target(args: argparse.Namespace, teacher: Any, pca: Any, fit_text: list[str]) -> Any:
-    """``train --target-reduction neighbourhood``'s refit of the target PCA, on the text a run of
-    ``--neighbourhood-preset`` trains on, picked on STS-B dev as training picks it."""
+def neighbourhood_target(args: argparse.Namespace, teacher: Any, fit_vectors: np.ndarray) -> Any:
+    """``train --target-reduction neighbourhood``'s targets (``fit_targets``) for a run of
+    ``--neighbourhood-preset``: the target PCA refitted on that run's text, picked on STS-B dev."""
     from training.config import make_config
-    from training.data.sts import load_stsb_split
-    from training.evaluation import evaluate_vectors
-    from training.target_reduction import fit_neighbourhood_reduction
+    from training.target_reduction import fit_targets
     from training.training_text import training_text
 
     data_dir = os.environ.get("DISTILEMBED_DATA_DIR")
-    cfg = make_config(args.neighbourhood_preset, {})
-    embeddings = np.concatenate(
-        [teacher.targets(fit_text)[0], teacher.targets(training_text(cfg, data_dir).corpus)[0]]
-    ).astype(np.float32)
-    pairs = load_stsb_split(f"{data_dir}/sts/stsbenchmark", "dev")
-    sentences = sorted({s for p in pairs for s in (p.sentence1, p.sentence2)})
-    dev = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
-    refit, report = fit_neighbourhood_reduction(
-        pca, embeddings, lambda r: evaluate_vectors(sentences, r.transform(dev), pairs), seed=cfg.seed
-    )
+    overrides = {"target_reduction": "neighbourhood", "dim": args.dim, "seed": args.pca_seed}
+    cfg = make_config(args.neighbourhood_preset, overrides)
+    corpus = teacher.targets(training_text(cfg, data_dir).corpus)[0]
+    refit, report = fit_targets(cfg, fit_vectors, corpus, teacher, f"{data_dir}/sts/stsbenchmark")
     print(f"target refit: STS-B dev {report['dev_pca']:.2f} (PCA) -> {report['dev']:.2f}")
     return refit
 

@@ -296,8 +296,7 @@ def run_training(
             "(raise --n-sentences or --pca-sample, or fit it on --pca-fit sts/stsbenchmark/sts-train.csv)"
         )
     with clock.stage("pca"):
-        dev = _reference_sentences(sts_dir, "dev")
-        pca, reduction = fit_targets(cfg, pca_fit_targets, base if pca_texts else None, teacher, dev)
+        pca, reduction = fit_targets(cfg, pca_fit_targets, base if pca_texts else None, teacher, sts_dir)
         all_texts = texts + [t for s in extra_sets for t in s]
         targets = torch.from_numpy(
             np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])

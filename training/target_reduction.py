@@ -9,21 +9,22 @@ so the training targets keep the PCA's total variance: HPD's squared errors stay
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from training.data.sts import distinct_sentences, load_stsb_split
 from training.evaluation import evaluate_vectors
 from training.losses.hpd import PCATargets
 from training.losses.neighbourhood import neighbourhood_loss
 
 if TYPE_CHECKING:
     from training.config import TrainConfig
-    from training.data.sts import STSPair
     from training.teacher_ensemble import AnyTeacher
 
 
@@ -60,8 +61,7 @@ def fit_neighbourhood_reduction(
     for step in range(1, steps + 1):
         anchors = torch.randint(len(x), (min(batch, len(x)),), generator=generator)
         others = torch.randint(len(x), (min(bank, len(x)),), generator=generator)
-        reduced = centred @ w
-        loss = neighbourhood_loss(unit[anchors], unit[others], reduced[anchors], reduced[others], tau)
+        loss = neighbourhood_loss(unit[anchors], unit[others], centred[anchors] @ w, centred[others] @ w, tau)
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
@@ -88,25 +88,21 @@ def fit_neighbourhood_reduction(
 
 
 def fit_targets(
-    cfg: TrainConfig,
-    fit: np.ndarray,
-    corpus: np.ndarray | None,
-    teacher: AnyTeacher,
-    dev: tuple[Sequence[STSPair], list[str]],
+    cfg: TrainConfig, fit: np.ndarray, corpus: np.ndarray | None, teacher: AnyTeacher, sts_dir: str | Path
 ) -> tuple[PCATargets, dict[str, Any]]:
     """The PCA to ``cfg.dim`` fitted on ``fit`` and, with ``--target-reduction neighbourhood``, refitted
     on ``fit`` and the ``corpus`` (None: ``fit`` is a sample of it) at the step whose reduced teacher
-    scores best on STS-B ``dev`` (its pairs and distinct sentences)."""
+    scores best on the STS-B dev pairs under ``sts_dir`` (read only then)."""
     pca = PCATargets.fit(np.asarray(fit, dtype=np.float32), cfg.dim, cfg.seed, cfg.pca_whiten)
     if cfg.target_reduction == "pca":
         return pca, {"method": "pca"}
-    pairs, sentences = dev
+    pairs = load_stsb_split(sts_dir, "dev")
+    sentences = distinct_sentences(pairs)
     vectors = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
+    embeddings = [np.asarray(fit)] + ([] if corpus is None else [np.asarray(corpus)])
     return fit_neighbourhood_reduction(
         pca,
-        np.concatenate([np.asarray(fit)] + ([] if corpus is None else [np.asarray(corpus)])).astype(
-            np.float32
-        ),
+        np.concatenate(embeddings).astype(np.float32),
         lambda r: evaluate_vectors(sentences, r.transform(vectors), pairs),
         seed=cfg.seed,
     )
