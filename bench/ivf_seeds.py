@@ -106,7 +106,7 @@ def search_mrrs(
     exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
     ivf, probed = [], []
     for seed in seeds:
-        index = make_index(vectors, "float32", args.nlist, seed, args.train_sample)
+        index = make_index(vectors, "float32", args.nlist, seed, args.train_sample, args.kmeans_niter)
         ivf.append(mrr10(raw_search(index, queries, 11, args.nprobe), data))
         probed.append(probed_share(index, queries, relevant, args.nprobe))
     return SeedSearch(mrr10(raw_search(exact, queries, 11, 1), data), ivf, probed)
@@ -126,6 +126,9 @@ def main(argv: list[str] | None = None) -> None:
     add_ivf_args(parser)  # --seed: the first of the seeds
     parser.add_argument("--seeds", type=int, default=10, help="IVF trainings: seeds --seed, --seed + 1, ...")
     parser.add_argument("--nprobe", type=int, default=5)
+    parser.add_argument(
+        "--kmeans-niter", type=int, default=10, help="k-means iterations (Faiss's for IVF, as index build)"
+    )
     parser.add_argument("--teacher-ivf", action="store_true", help="also the teacher's IVF at each seed")
     parser.add_argument("--out", default="bench/results/ivf_seeds.json")
     args = parser.parse_args(argv)
@@ -155,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         "queries": len(data.queries),
         "nlist": args.nlist,
         "nprobe": args.nprobe,
+        "kmeans_niter": args.kmeans_niter,
         "seeds": seeds,
         "teacher_exact": teacher_exact,
         "bundles": bundles,
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": rows,
         "run": run_info("bench/ivf_seeds.py", argv if argv is not None else sys.argv[1:]),
     }
-    shape = f"IVF{args.nlist} nprobe {args.nprobe}, {len(seeds)} seeds"
+    shape = f"IVF{args.nlist} nprobe {args.nprobe}, {len(seeds)} seeds, k-means x{args.kmeans_niter}"
     table = Table(title=f"Quora MRR@10, {len(data.corpus):,} documents, {shape}")
     for col in ("model", "exact", "IVF mean", "sd", "range", "% of teacher exact", "paired diff (sd)"):
         table.add_column(col, justify="left" if col == "model" else "right")
