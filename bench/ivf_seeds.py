@@ -126,9 +126,6 @@ def main(argv: list[str] | None = None) -> None:
     add_ivf_args(parser)  # --seed: the first of the seeds
     parser.add_argument("--seeds", type=int, default=10, help="IVF trainings: seeds --seed, --seed + 1, ...")
     parser.add_argument("--nprobe", type=int, default=5)
-    parser.add_argument(
-        "--kmeans-niter", type=int, default=10, help="k-means iterations (Faiss's for IVF, as index build)"
-    )
     parser.add_argument("--teacher-ivf", action="store_true", help="also the teacher's IVF at each seed")
     parser.add_argument("--out", default="bench/results/ivf_seeds.json")
     args = parser.parse_args(argv)

@@ -85,7 +85,7 @@ def main() -> None:
     candidates["student-128"] = student_vectors(args, data)[0]
     calls, mrr = {}, {}
     for name, vectors in candidates.items():
-        index = make_index(vectors, "float32", args.nlist, args.seed, args.train_sample)
+        index = make_index(vectors, "float32", args.nlist, args.seed, args.train_sample, args.kmeans_niter)
         search = partial(raw_search, index, np.ascontiguousarray(vectors[queries]), 11, args.nprobe)
         exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
         mrr[name] = {

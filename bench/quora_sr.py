@@ -173,12 +173,12 @@ def search_specs(
 ) -> list[SearchSpec]:
     queries = np.ascontiguousarray(vectors[np.asarray(data.queries)])
     exact = make_index(vectors, None, args.nlist, args.seed, args.train_sample)
-    ivf = make_index(vectors, "float32", args.nlist, args.seed, args.train_sample)
+    ivf = make_index(vectors, "float32", args.nlist, args.seed, args.train_sample, args.kmeans_niter)
     specs = [SearchSpec(name, exact, "exact", None, queries)] + [
         SearchSpec(name, ivf, f"IVF{args.nlist}", nprobe, queries) for nprobe in args.nprobes
     ]
     if args.sq8:
-        sq8 = make_index(vectors, "sq8", args.nlist, args.seed, args.train_sample)
+        sq8 = make_index(vectors, "sq8", args.nlist, args.seed, args.train_sample, args.kmeans_niter)
         specs.append(SearchSpec(name, sq8, f"IVF{args.nlist},SQ8", 5, queries))
     return specs
 
@@ -282,6 +282,9 @@ def add_ivf_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--kmeans-niter", type=int, default=10, help="k-means iterations (Faiss's for IVF, as index build)"
+    )
 
 
 def block_name(result: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ def test_one_list_ivf_is_exact_search(tiny_teacher: Path) -> None:
     corpus = tiny_sentences(24, seed=7)
     data = QuoraRetrieval(corpus, queries=[0, 2, 4], relevant=[1, 3, 5])
     sts = {"dev": [STSPair(corpus[i], corpus[i + 1], float(i % 5)) for i in range(0, 20, 2)]}
-    args = argparse.Namespace(batch_size=8, nlist=1, nprobe=1, train_sample=100, seed=0)
+    args = argparse.Namespace(batch_size=8, nlist=1, nprobe=1, train_sample=100, seed=0, kmeans_niter=10)
     row = score_checkpoint(str(tiny_teacher), data, sts, args, seeds=[0, 1])
     assert set(row) == {"sts", "exact", "ivf", "probed", "duplicate_cosine", "random_cosine"}
     assert -100.0 <= row["sts"]["dev"] <= 100.0

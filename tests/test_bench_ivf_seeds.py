@@ -3,6 +3,7 @@ distractor pool it shares with bench/quora_sr.py."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -73,3 +74,14 @@ def test_probed_share_counts_the_duplicates_in_the_lists_searched() -> None:
     relevant = np.asarray([[0.9, 0.2], [0.0, 1.0]], dtype=np.float32)
     assert probed_share(index, queries, relevant, nprobe=1) == pytest.approx(50.0)
     assert probed_share(index, queries, relevant, nprobe=2) == pytest.approx(100.0)
+
+
+def test_make_index_trains_with_the_asked_iterations() -> None:
+    vectors = quora_sr.unit_rows(np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32))
+    default = quora_sr.make_index(vectors, "float32", 4, seed=0, train_sample=200)
+    longer = quora_sr.make_index(vectors, "float32", 4, seed=0, train_sample=200, niter=25)
+    assert (default.cp.niter, longer.cp.niter) == (10, 25)  # Faiss's IVF default, and the asked one
+    assert default.ntotal == longer.ntotal == 200
+    args = argparse.ArgumentParser()
+    quora_sr.add_ivf_args(args)
+    assert args.parse_args(["--kmeans-niter", "25"]).kmeans_niter == 25
