@@ -15,6 +15,9 @@ The target's own agreement with the full ensemble it was cut from is shown besid
 that the reduction to ``--dim`` already sets. No Quora text is fitted on or trained on.
 
     python bench/target_fidelity.py --bundle models/default --out bench/results/target_fidelity.json
+
+``--checkpoint RUN`` scores a training checkpoint in PyTorch instead (e.g. a run's step-0 snapshot:
+all-MiniLM-L6-v2 with the ridge head, before any distillation).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -92,11 +96,32 @@ def text_sets(args: argparse.Namespace, data_root: str) -> dict[str, list[str]]:
     }
 
 
+def student_encoder(args: argparse.Namespace) -> Callable[[list[str], str], np.ndarray]:
+    """Unit rows of the student's vectors: its bundle through the runtime encoder, or its
+    checkpoint through sentence-transformers (``bench/checkpoint_quora.py``'s way)."""
+    if args.bundle:
+        from export.runtime import Encoder
+
+        bundle = Encoder(args.bundle, variant=args.variant, threads=args.threads)
+        return lambda texts, name: bundle.encode(texts, progress=name)
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(args.checkpoint, device="cpu")
+
+    def encode(texts: list[str], name: str) -> np.ndarray:
+        print(f"{name}: {len(texts):,} sentences through {args.checkpoint}")
+        return model.encode(texts, batch_size=64, normalize_embeddings=True).astype(np.float32)
+
+    return encode
+
+
 def main(argv: list[str] | None = None) -> None:
     data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bundle", required=True, help="student bundle (export output)")
-    parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
+    student = parser.add_mutually_exclusive_group(required=True)
+    student.add_argument("--bundle", help="student bundle (export output)")
+    student.add_argument("--checkpoint", help="student checkpoint (a training run's folder), in PyTorch")
+    parser.add_argument("--variant", default="int8", choices=("int8", "fp32"), help="of --bundle")
     parser.add_argument("--quora-dir", default=f"{data_root}/quora")
     parser.add_argument("--teacher", default="all-mpnet-base-v2")
     parser.add_argument("--ensemble-teacher", action="append", default=None, help="NAME:WEIGHT (repeatable)")
@@ -115,7 +140,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="bench/results/target_fidelity.json")
     args = parser.parse_args(argv)
     ensemble = args.ensemble_teacher or ["all-MiniLM-L6-v2:0.4"]
-    from export.runtime import Encoder
     from training.data.extra_text import source_sentences
     from training.losses.hpd import PCATargets
     from training.teacher_ensemble import build_teacher
@@ -125,12 +149,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     fit = np.asarray(teacher.targets(source_sentences(args.pca_fit, data_root))[0], dtype=np.float32)
     pca = PCATargets.fit(fit, args.dim, args.pca_seed)
-    encoder = Encoder(args.bundle, variant=args.variant, threads=args.threads)
+    encode = student_encoder(args)
     rows: dict[str, dict[str, float]] = {}
     for name, texts in text_sets(args, data_root).items():
         full = np.asarray(teacher.targets(texts)[0], dtype=np.float32)
         target = unit_rows(pca.transform(full))
-        student = encoder.encode(texts, progress=name)
+        student = encode(texts, name)
         spread = random_pairs(len(texts), args.pairs, args.seed)
         close = near_pairs(target, args.k)
         rows[name] = {
@@ -141,8 +165,8 @@ def main(argv: list[str] | None = None) -> None:
             "target_neighbours_of_full": neighbour_agreement(target, unit_rows(full), args.k),
         }
     result = {
-        "bundle": args.bundle,
-        "variant": args.variant,
+        "student": args.bundle or args.checkpoint,
+        "variant": args.variant if args.bundle else "PyTorch float32",
         "target": f"{' + '.join([args.teacher, *ensemble])}, PCA-{args.dim} fitted on {args.pca_fit}",
         "k": args.k,
         "rows": rows,

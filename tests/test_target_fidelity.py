@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -10,7 +11,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from target_fidelity import cosine_correlation, near_pairs, nearest, neighbour_agreement, random_pairs
+from target_fidelity import (
+    cosine_correlation,
+    near_pairs,
+    nearest,
+    neighbour_agreement,
+    random_pairs,
+    student_encoder,
+)
+
+from tests.tiny_models import tiny_sentences
 
 
 def circle(angles_deg: list[float]) -> np.ndarray:
@@ -54,3 +64,19 @@ def test_random_pairs_never_pair_a_row_with_itself() -> None:
 def test_near_pairs_lists_each_row_with_its_neighbours() -> None:
     points = circle([0, 10, 30, 100])
     assert near_pairs(points, 1).tolist() == [[0, 1], [1, 0], [2, 1], [3, 2]]
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "bundle"])
+def test_students_encode_to_unit_rows(kind: str, tiny_teacher: Path, tiny_bundle: Path) -> None:
+    path = str(tiny_teacher if kind == "checkpoint" else tiny_bundle)
+    args = argparse.Namespace(
+        bundle=path if kind == "bundle" else None,
+        checkpoint=path if kind == "checkpoint" else None,
+        variant="int8",
+        threads=1,
+    )
+    texts = tiny_sentences(6, seed=3)
+    vectors = student_encoder(args)(texts, "tiny")
+    assert vectors.shape[0] == 6 and vectors.dtype == np.float32
+    assert np.linalg.norm(vectors, axis=1) == pytest.approx(np.ones(6), abs=1e-5)
+    assert neighbour_agreement(vectors, vectors, 2) == pytest.approx(100.0)
