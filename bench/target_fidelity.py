@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quora_data import load_quora_retrieval
 from quora_sr import unit_rows
 from results_doc import run_info
+from target_space import add_target_args, target_pca, teacher_name
 
 from distilembed.artifacts import atomic_write_json
 
@@ -124,11 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variant", default="int8", choices=("int8", "fp32"), help="of --bundle")
     parser.add_argument("--quora-dir", default=f"{data_root}/quora")
     parser.add_argument("--teacher", default="all-mpnet-base-v2")
-    parser.add_argument("--ensemble-teacher", action="append", default=None, help="NAME:WEIGHT (repeatable)")
     parser.add_argument("--teacher-batch-size", type=int, default=16)
-    parser.add_argument("--pca-fit", default="sts/stsbenchmark/sts-train.csv")
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--pca-seed", type=int, default=42, help="the training run's --seed")
+    add_target_args(parser)
     parser.add_argument("--n", type=int, default=3000, help="sentences per text set")
     parser.add_argument(
         "--wiki-skip", type=int, default=600_000, help="past the training and distractor slices"
@@ -139,16 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", default="bench/results/target_fidelity.json")
     args = parser.parse_args(argv)
-    ensemble = args.ensemble_teacher or ["all-MiniLM-L6-v2:0.4"]
-    from training.data.extra_text import source_sentences
-    from training.losses.hpd import PCATargets
-    from training.teacher_ensemble import build_teacher
-
-    teacher = build_teacher(
-        args.teacher, ensemble, device="cpu", batch_size=args.teacher_batch_size, backend="auto"
-    )
-    fit = np.asarray(teacher.targets(source_sentences(args.pca_fit, data_root))[0], dtype=np.float32)
-    pca = PCATargets.fit(fit, args.dim, args.pca_seed)
+    teacher, _, pca = target_pca(args)
     encode = student_encoder(args)
     rows: dict[str, dict[str, float]] = {}
     for name, texts in text_sets(args, data_root).items():
@@ -167,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {
         "student": args.bundle or args.checkpoint,
         "variant": args.variant if args.bundle else "PyTorch float32",
-        "target": f"{' + '.join([args.teacher, *ensemble])}, PCA-{args.dim} fitted on {args.pca_fit}",
+        "target": f"{teacher_name(args)}, PCA-{args.dim} fitted on {args.pca_fit}",
         "k": args.k,
         "rows": rows,
         "run": run_info("bench/target_fidelity.py", argv if argv is not None else sys.argv[1:]),

@@ -45,24 +45,49 @@ def target_pca_name(args: argparse.Namespace) -> str:
     return f"target PCA-{args.dim}, fitted on {args.pca_fit}"
 
 
-def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray) -> dict[str, np.ndarray]:
-    """The training run's teacher, its PCA fitted on ``--pca-fit``, and the main teacher's PCA
-    fitted on a sample of the corpus (ivf_width's teacher-128), all unit rows."""
+DEFAULT_ENSEMBLE = ["all-MiniLM-L6-v2:0.4"]  # the default's recipe (congen-ens-hpd-cpu)
+
+
+def add_target_args(parser: argparse.ArgumentParser) -> None:
+    """The training run's teacher and its PCA: shared with bench/target_fidelity.py."""
+    parser.add_argument("--ensemble-teacher", action="append", default=None, help="NAME:WEIGHT, repeatable")
+    parser.add_argument("--pca-fit", default="sts/stsbenchmark/sts-train.csv")
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--pca-seed", type=int, default=42, help="the training run's --seed")
+
+
+def teacher_name(args: argparse.Namespace) -> str:
+    """The training run's teacher, its members joined: "all-mpnet-base-v2 + all-MiniLM-L6-v2:0.4"."""
+    return " + ".join([args.teacher, *(args.ensemble_teacher or DEFAULT_ENSEMBLE)])
+
+
+def target_pca(args: argparse.Namespace) -> tuple[Any, np.ndarray, Any]:
+    """(teacher, its vectors of the ``--pca-fit`` text, the PCA fitted on them): the target space as
+    the training run builds it (``build_teacher``, ``PCATargets.fit``)."""
     from training.data.extra_text import source_sentences
     from training.losses.hpd import PCATargets
     from training.teacher_ensemble import build_teacher
 
+    ensemble = args.ensemble_teacher or DEFAULT_ENSEMBLE
     teacher = build_teacher(
-        args.teacher, args.ensemble_teacher, device="cpu", batch_size=args.teacher_batch_size, backend="auto"
+        args.teacher, ensemble, device="cpu", batch_size=args.teacher_batch_size, backend="auto"
     )
-    full = np.asarray(teacher.targets(corpus)[0], dtype=np.float32)
     fit_text = source_sentences(args.pca_fit, os.environ.get("DISTILEMBED_DATA_DIR"))
     fit_vectors = np.asarray(teacher.targets(fit_text)[0], dtype=np.float32)
-    pca = PCATargets.fit(fit_vectors, args.dim, args.pca_seed)
+    return teacher, fit_vectors, PCATargets.fit(fit_vectors, args.dim, args.pca_seed)
+
+
+def target_spaces(args: argparse.Namespace, corpus: list[str], main: np.ndarray) -> dict[str, np.ndarray]:
+    """The training run's teacher, its PCA fitted on ``--pca-fit``, and the main teacher's PCA
+    fitted on a sample of the corpus (ivf_width's teacher-128), all unit rows."""
+    from training.losses.hpd import PCATargets
+
+    teacher, fit_vectors, pca = target_pca(args)
+    full = np.asarray(teacher.targets(corpus)[0], dtype=np.float32)
     rng = np.random.default_rng(args.seed)
     sample = main[rng.choice(len(main), size=min(args.corpus_pca_sample, len(main)), replace=False)]
     on_corpus = PCATargets.fit(sample, args.dim, args.pca_seed)
-    name = " + ".join([args.teacher, *args.ensemble_teacher])
+    name = teacher_name(args)
     spaces = {
         f"target teacher ({name}), {full.shape[1]}-d": unit_rows(full),
         target_pca_name(args): unit_rows(pca.transform(full)),
@@ -122,10 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", dest="bundles", action="append", type=named_path, default=[])
     add_model_args(parser, data_root, one_bundle=False)
-    parser.add_argument("--ensemble-teacher", action="append", default=None, help="NAME:WEIGHT (repeatable)")
-    parser.add_argument("--pca-fit", default="sts/stsbenchmark/sts-train.csv")
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--pca-seed", type=int, default=42, help="the training run's --seed")
+    add_target_args(parser)
     parser.add_argument("--corpus-pca-sample", type=int, default=20_000)
     parser.add_argument(
         "--neighbourhood-preset",
@@ -137,8 +159,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nprobe", type=int, default=5)
     parser.add_argument("--out", default="bench/results/target_space.json")
     args = parser.parse_args(argv)
-    if args.ensemble_teacher is None:
-        args.ensemble_teacher = ["all-MiniLM-L6-v2:0.4"]
     bundles = parse_bundles(args.bundles)
     faiss.omp_set_num_threads(args.threads)
     from export.runtime import Encoder
@@ -169,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         "seeds": seeds,
         "reference_exact": reference_exact,
         "pca_fit": args.pca_fit,
-        "ensemble_teacher": args.ensemble_teacher,
+        "ensemble_teacher": args.ensemble_teacher or DEFAULT_ENSEMBLE,
         "bundles": bundles,
         "rows": rows,
         "run": run_info("bench/target_space.py", argv if argv is not None else sys.argv[1:]),

@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from distilembed.paths import resolve_data_path
 from training.config import make_config
 from training.data.text import read_sentences
 from training.teacher_targets import Teacher
@@ -61,8 +62,8 @@ def main() -> None:
     cfg = make_config(args.preset, {})
     text = training_text(cfg, data_dir)
     anchors = list(dict.fromkeys([*text.corpus, *text.pca_train]))
-    corpus_path = Path(data_dir or "../shared/data") / cfg.corpus
-    pool = list(dict.fromkeys(read_sentences(corpus_path, limit=args.pool_size, skip=args.pool_skip)))
+    corpus = resolve_data_path(cfg.corpus, data_dir)
+    pool = list(dict.fromkeys(read_sentences(corpus, limit=args.pool_size, skip=args.pool_skip)))
     known = set(anchors)
     pool = [s for s in pool if s not in known]
     encoder = Teacher("all-MiniLM-L6-v2", batch_size=64)
