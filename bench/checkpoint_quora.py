@@ -6,7 +6,8 @@ checkpoints as training wrote them: STS-B dev and test (Spearman x 100), Quora e
 at ``--nprobe`` over ``--seeds`` k-means seeds (``bench/ivf_seeds.py``'s search, with the share of
 queries whose duplicate's list is probed), the mean cosine of a query with its duplicate and with a
 random other question (``bench/target_space.py``'s), and each checkpoint's paired IVF difference to
-the first one.
+the first one. ``--body`` adds, for each checkpoint, a row for its pooled encoder output (the input
+of its Dense head, all-MiniLM-L6-v2's 384 dimensions): what the 128-d head keeps of it.
 
     python bench/checkpoint_quora.py --checkpoint base=runs/ens04r --checkpoint new=runs/ens04-hpdgen \
         --out bench/results/checkpoint_quora.json
@@ -18,7 +19,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
@@ -36,6 +37,23 @@ from distilembed.artifacts import atomic_write_json
 from training.data.sts import STSPair, load_stsb_split
 from training.evaluation import evaluate_model_pairs
 
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+
+BODY_SUFFIX = " (body)"
+
+
+def without_head(model: SentenceTransformer) -> SentenceTransformer:
+    """The modules before ``model``'s first Dense layer: the pooled encoder output its head reads."""
+    from sentence_transformers import SentenceTransformer, models
+
+    modules = list(model)
+    heads = [i for i, module in enumerate(modules) if isinstance(module, models.Dense)]
+    if not heads:
+        raise SystemExit("--body: a checkpoint has no Dense head to take off")
+    return SentenceTransformer(modules=modules[: heads[0]], device="cpu")
+
 
 def score_checkpoint(
     path: str,
@@ -43,11 +61,15 @@ def score_checkpoint(
     sts: dict[str, list[STSPair]],
     args: argparse.Namespace,
     seeds: list[int],
+    body: bool = False,
 ) -> dict[str, Any]:
-    """STS-B per split, and Quora by exact search, IVF over ``seeds`` and the pair cosines."""
+    """STS-B per split, and Quora by exact search, IVF over ``seeds`` and the pair cosines; of the
+    checkpoint's output, or with ``body`` of its output before the Dense head."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(path, device="cpu")
+    if body:
+        model = without_head(model)
     scores = {split: evaluate_model_pairs(model, pairs, args.batch_size) for split, pairs in sts.items()}
     vectors = model.encode(
         data.corpus, batch_size=args.batch_size, normalize_embeddings=True, convert_to_numpy=True
@@ -70,6 +92,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--nprobe", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument(
+        "--body", action="store_true", help="also each checkpoint's pooled output before its Dense head"
+    )
     parser.add_argument("--out", default="bench/results/checkpoint_quora.json")
     args = parser.parse_args(argv)
     checkpoints = parse_bundles(args.checkpoints)
@@ -80,7 +105,11 @@ def main(argv: list[str] | None = None) -> None:
     data = load_quora_retrieval(args.quora_dir)
     sts = {split: load_stsb_split(args.sts_dir, split) for split in ("dev", "test")}
     seeds = list(range(args.seed, args.seed + args.seeds))
-    found = {name: score_checkpoint(path, data, sts, args, seeds) for name, path in checkpoints.items()}
+    found = {}
+    for name, path in checkpoints.items():
+        found[name] = score_checkpoint(path, data, sts, args, seeds)
+        if args.body:
+            found[name + BODY_SUFFIX] = score_checkpoint(path, data, sts, args, seeds, body=True)
     reference = found[next(iter(checkpoints))]["ivf"]
     rows = {name: r | vars(summarise(r["ivf"], reference)) for name, r in found.items()}
     result = {
@@ -90,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         "nprobe": args.nprobe,
         "seeds": seeds,
         "checkpoints": checkpoints,
+        "body": args.body,
         "rows": rows,
         "run": run_info("bench/checkpoint_quora.py", argv if argv is not None else sys.argv[1:]),
     }

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from checkpoint_quora import score_checkpoint
+from checkpoint_quora import score_checkpoint, without_head
 from quora_data import QuoraRetrieval
 
 from tests.tiny_models import tiny_sentences
@@ -31,3 +32,26 @@ def test_one_list_ivf_is_exact_search(tiny_teacher: Path) -> None:
     assert row["probed"] == [100.0, 100.0]
     for cosine in (row["duplicate_cosine"], row["random_cosine"]):
         assert -1.0 - 1e-6 <= cosine <= 1.0 + 1e-6
+
+
+def test_body_scores_the_input_of_the_dense_head(tiny_dense_student: Path) -> None:
+    from sentence_transformers import SentenceTransformer, models
+
+    model = SentenceTransformer(str(tiny_dense_student), device="cpu")
+    body = without_head(model)
+    assert not any(isinstance(module, models.Dense) for module in body)
+    head = next(module for module in model if isinstance(module, models.Dense))
+    sentences = tiny_sentences(3, seed=2)
+    pooled = body.encode(sentences, convert_to_tensor=True)
+    assert pooled.shape[1] == head.linear.in_features
+    full = model.encode(sentences, convert_to_tensor=True)
+    with torch.inference_mode():
+        expected = torch.nn.functional.normalize(head.linear(pooled), dim=-1)
+    assert torch.allclose(full, expected, atol=1e-5)
+
+
+def test_body_needs_a_head(tiny_teacher: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    with pytest.raises(SystemExit, match="no Dense head"):
+        without_head(SentenceTransformer(str(tiny_teacher), device="cpu"))
