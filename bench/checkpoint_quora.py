@@ -80,17 +80,22 @@ def score_checkpoint(
     )
 
 
+def add_scoring_args(parser: argparse.ArgumentParser, data_root: str) -> None:
+    """Where STS-B and Quora are, and the IVF searched over ``--seeds`` (shared with head_refit.py)."""
+    parser.add_argument("--quora-dir", default=f"{data_root}/quora")
+    parser.add_argument("--sts-dir", default=f"{data_root}/sts/stsbenchmark")
+    add_ivf_args(parser)  # --seed: the first of the seeds
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--nprobe", type=int, default=5)
+
+
 def main(argv: list[str] | None = None) -> None:
     data_root = os.environ.get("DISTILEMBED_DATA_DIR", "../shared/data")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--checkpoint", dest="checkpoints", action="append", type=named_path, required=True, help="NAME=DIR"
     )
-    parser.add_argument("--quora-dir", default=f"{data_root}/quora")
-    parser.add_argument("--sts-dir", default=f"{data_root}/sts/stsbenchmark")
-    add_ivf_args(parser)  # --seed: the first of the seeds
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--nprobe", type=int, default=5)
+    add_scoring_args(parser, data_root)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument(
         "--body", action="store_true", help="also each checkpoint's pooled output before its Dense head"

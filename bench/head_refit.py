@@ -35,10 +35,9 @@ from rich.table import Table
 from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkpoint_quora import without_head
+from checkpoint_quora import add_scoring_args, without_head
 from ivf_seeds import search_mrrs, summarise
 from quora_data import QuoraRetrieval, load_quora_retrieval
-from quora_sr import add_ivf_args
 from results_doc import run_info
 
 from distilembed.artifacts import atomic_write_json, read_manifest
@@ -126,11 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bank", type=int, default=8192)
     parser.add_argument("--sentences", type=int, default=20_000, help="first Wikipedia sentences fitted on")
     parser.add_argument("--corpus", default=f"{data_root}/unlabeled/enwiki2015_1m_sentences.txt.gz")
-    parser.add_argument("--quora-dir", default=f"{data_root}/quora")
-    parser.add_argument("--sts-dir", default=f"{data_root}/sts/stsbenchmark")
-    add_ivf_args(parser)  # --seed: the first of the seeds
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--nprobe", type=int, default=5)
+    add_scoring_args(parser, data_root)
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--quora-every", type=int, default=100)
     parser.add_argument("--save", help="write the checkpoint with the last step's head (one --anchor)")
