@@ -39,20 +39,28 @@ from training.evaluation import evaluate_model_pairs
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense
 
 
 BODY_SUFFIX = " (body)"
 
 
+def dense_head(model: SentenceTransformer) -> Dense:
+    """``model``'s first Dense layer: the head that reads its pooled encoder output."""
+    from sentence_transformers import models
+
+    head = next((module for module in model if isinstance(module, models.Dense)), None)
+    if head is None:
+        raise SystemExit("--body: a checkpoint has no Dense head to take off")
+    return head
+
+
 def without_head(model: SentenceTransformer) -> SentenceTransformer:
     """The modules before ``model``'s first Dense layer: the pooled encoder output its head reads."""
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
 
     modules = list(model)
-    heads = [i for i, module in enumerate(modules) if isinstance(module, models.Dense)]
-    if not heads:
-        raise SystemExit("--body: a checkpoint has no Dense head to take off")
-    return SentenceTransformer(modules=modules[: heads[0]], device="cpu")
+    return SentenceTransformer(modules=modules[: modules.index(dense_head(model))], device="cpu")
 
 
 def score_checkpoint(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,17 +31,18 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from rich.console import Console
 from rich.table import Table
-from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from checkpoint_quora import add_scoring_args, without_head
+from checkpoint_quora import add_scoring_args, dense_head, without_head
 from ivf_seeds import search_mrrs, summarise
 from quora_data import QuoraRetrieval, load_quora_retrieval
+from quora_sr import unit_rows
 from results_doc import run_info
 
-from distilembed.artifacts import atomic_write_json, read_manifest
+from distilembed.artifacts import atomic_directory, atomic_write_json, read_manifest
 from training.data.sts import STSPair, distinct_sentences, load_stsb_split
 from training.data.text import read_sentences
+from training.evaluation import evaluate_vectors
 from training.losses.neighbourhood import neighbourhood_loss
 
 Head = tuple[torch.Tensor, torch.Tensor]
@@ -84,14 +84,9 @@ def refit_head(
 
 
 def project(vectors: np.ndarray, head: Head) -> np.ndarray:
+    """The head's unit outputs of the body ``vectors``."""
     weight, bias = (t.numpy() for t in head)
-    out = vectors @ weight.T + bias
-    return np.ascontiguousarray(out / np.linalg.norm(out, axis=1, keepdims=True), dtype=np.float32)
-
-
-def sts_spearman(pairs: list[STSPair], vectors: dict[str, np.ndarray]) -> float:
-    cosines = [float(vectors[p.sentence1] @ vectors[p.sentence2]) for p in pairs]
-    return 100 * float(spearmanr(cosines, [p.score for p in pairs]).statistic)
+    return unit_rows(vectors @ weight.T + bias)
 
 
 def score_head(
@@ -104,9 +99,8 @@ def score_head(
     """STS-B per split; with ``data``, Quora exact and IVF over ``--seeds``."""
     row: dict[str, Any] = {}
     for split, pairs in sts.items():
-        sentences = distinct_sentences(pairs)
         unit = project(encoded[split], head)
-        row[split] = round(sts_spearman(pairs, dict(zip(sentences, unit, strict=True))), 2)
+        row[split] = round(evaluate_vectors(distinct_sentences(pairs), unit, pairs), 2)
     if data is not None:
         seeds = list(range(args.seed, args.seed + args.seeds))
         found = search_mrrs(project(encoded["quora"], head), data, args, seeds)
@@ -136,10 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--save takes one --anchor")
     faiss.omp_set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(args.checkpoint, device="cpu")
-    dense = next(module for module in model if isinstance(module, models.Dense))
+    dense = dense_head(model)
     trained = (dense.linear.weight.detach().clone(), dense.linear.bias.detach().clone())
     body = without_head(model)
     sts = {split: load_stsb_split(args.sts_dir, split) for split in ("dev", "test")}
@@ -176,20 +170,16 @@ def main(argv: list[str] | None = None) -> None:
 
 def save_refit(source: str, out: str, model: Any, head: Head, settings: dict[str, Any]) -> None:
     """``source``'s checkpoint with ``head`` in its Dense layer; its manifest records the refit."""
-    from sentence_transformers import models
-
-    dense = next(module for module in model if isinstance(module, models.Dense))
+    dense = dense_head(model)
     with torch.no_grad():
         dense.linear.weight.copy_(head[0])
         dense.linear.bias.copy_(head[1])
-    tmp = Path(f"{out}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save(str(tmp))
     manifest = read_manifest(source)
     keys = ("steps", "lr", "tau", "bank", "sentences", "anchor")
     manifest["head_refit"] = {"source": source} | {k: settings[k] for k in keys}
-    atomic_write_json(tmp / "manifest.json", manifest)
-    tmp.rename(out)
+    with atomic_directory(out) as tmp:
+        model.save(str(tmp))
+        atomic_write_json(tmp / "manifest.json", manifest)
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
