@@ -114,7 +114,7 @@ BAD_TRAIN_INPUT = [
     (["--skip-sentences", "-1"], "must not be negative"),
     (["--corpus", "data.parquet"], "unknown corpus format"),
     (["--teacher", "no-such-teacher"], "model not found"),
-    (["--dim", "64"], "smaller than the student's hidden size 32"),
+    (["--dim", "64"], "at most the student's hidden size 32"),
     (["--sts-dir", "nowhere"], "STS"),
 ]
 

@@ -33,9 +33,10 @@ def test_kept_layer_is_the_original_last(tiny_bert) -> None:
     assert all(torch.equal(kept[k], last[k]) for k in last)
 
 
-def test_dim_must_be_below_hidden(tiny_bert) -> None:
-    with pytest.raises(UserError, match="smaller than the student's hidden size 32"):
-        build_student(str(tiny_bert), dim=32)
+def test_dim_must_not_exceed_hidden(tiny_bert) -> None:
+    with pytest.raises(UserError, match="at most the student's hidden size 32"):
+        build_student(str(tiny_bert), dim=33)
+    assert build_student(str(tiny_bert), dim=32).get_sentence_embedding_dimension() == 32
 
 
 def test_unknown_student() -> None:

@@ -74,8 +74,8 @@ def build_student(
         if hasattr(transformer, "get_embedding_dimension")
         else transformer.get_word_embedding_dimension()
     )
-    if dim >= hidden:
-        raise UserError(f"projection dim {dim} must be smaller than the student's hidden size {hidden}")
+    if dim > hidden:
+        raise UserError(f"projection dim {dim} must be at most the student's hidden size {hidden}")
     if dim < 1:
         raise UserError(f"projection dim must be positive, got {dim}")
     if layers is not None:
