@@ -7,7 +7,8 @@ at ``--nprobe`` over ``--seeds`` k-means seeds (``bench/ivf_seeds.py``'s search,
 queries whose duplicate's list is probed), the mean cosine of a query with its duplicate and with a
 random other question (``bench/target_space.py``'s), and each checkpoint's paired IVF difference to
 the first one. ``--body`` adds, for each checkpoint, a row for its pooled encoder output (the input
-of its Dense head, all-MiniLM-L6-v2's 384 dimensions): what the 128-d head keeps of it.
+of its Dense head, all-MiniLM-L6-v2's 384 dimensions): what the 128-d head keeps of it. ``--width``
+scores each checkpoint's output cut to its first N dimensions (a Matryoshka student's prefix).
 
     python bench/checkpoint_quora.py --checkpoint base=runs/ens04r --checkpoint new=runs/ens04-hpdgen \
         --out bench/results/checkpoint_quora.json
@@ -72,10 +73,11 @@ def score_checkpoint(
     body: bool = False,
 ) -> dict[str, Any]:
     """STS-B per split, and Quora by exact search, IVF over ``seeds`` and the pair cosines; of the
-    checkpoint's output, or with ``body`` of its output before the Dense head."""
+    checkpoint's output (its first ``args.width`` dimensions where set), or with ``body`` of its
+    output before the Dense head."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(path, device="cpu")
+    model = SentenceTransformer(path, device="cpu", truncate_dim=None if body else args.width)
     if body:
         model = without_head(model)
     scores = {split: evaluate_model_pairs(model, pairs, args.batch_size) for split, pairs in sts.items()}
@@ -108,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--body", action="store_true", help="also each checkpoint's pooled output before its Dense head"
     )
+    parser.add_argument(
+        "--width", type=int, help="score each checkpoint's output cut to its first N dimensions (Matryoshka)"
+    )
     parser.add_argument("--out", default="bench/results/checkpoint_quora.json")
     args = parser.parse_args(argv)
     checkpoints = parse_bundles(args.checkpoints)
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         "seeds": seeds,
         "checkpoints": checkpoints,
         "body": args.body,
+        "width": args.width,
         "rows": rows,
         "run": run_info("bench/checkpoint_quora.py", argv if argv is not None else sys.argv[1:]),
     }
