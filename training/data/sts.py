@@ -300,7 +300,8 @@ def load_stsb_split(sts_dir_or_file: str | Path, split: str) -> list[STSPair]:
     if given.is_file():
         return read_stsb(given)
     if not given.is_dir():
-        raise UserError(f"STS-B file or folder not found: {given}")
+        hint = "pass --sts-dir or set DISTILEMBED_DATA_DIR"
+        raise UserError(f"STS-B file or folder not found: {given} ({hint})")
     name = f"sts-{split}.csv"
     candidates = [folder / name for folder in _walk(given, SEARCH_DEPTH) if (folder / name).is_file()]
     if not candidates:
