@@ -147,6 +147,8 @@ def search_command(
     ] = None,
 ) -> None:
     """Top-k documents for a query."""
+    if not query.strip():
+        raise UserError("--query is empty: give the text to search for")
     live, encoder = _encoder_for(index, bundle, writable=False, rescore_k=rescore_k)
     for rank, hit in enumerate(live.search(encoder.encode([query]), k, nprobe)[0], 1):
         typer.echo(f"{rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")

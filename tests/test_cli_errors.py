@@ -68,6 +68,7 @@ def not_a_checkpoint(tmp_path: Path) -> Path:
         (["whiten", "{bundle}", "--out", "{tmp}/w"], "this needs a training checkpoint"),
         (["average", "{bundle}", "{bundle}", "--out", "{tmp}/a"], "is a 'bundle' directory"),
         (["index", "search", "--index", "{tmp}", "--query", "q"], "not an index directory"),
+        (["index", "search", "--index", "{tmp}", "--query", "  "], "--query is empty"),
         (["index", "search", "--index", "{bundle}", "--query", "q"], "is a 'bundle', not an index"),
         (["train", "--student", "/no/such/student", "--out", "{tmp}/run"], "not found: '/no/such/student'"),
         (["train", "--init-from", "{bundle}", "--out", "{tmp}/run"], "this needs a training checkpoint"),
