@@ -6,6 +6,10 @@ class UserError(Exception):
     """Bad input or environment the user can fix: shown as one line, no traceback."""
 
 
+class TooLargeError(UserError):
+    """The input is well formed but asks for more than a limit allows: HTTP 413."""
+
+
 class BusyError(UserError):
     """The operation conflicts with one already running (e.g. a second retrain): HTTP 409."""
 

@@ -33,6 +33,9 @@ import numpy as np
 
 from distilembed.errors import BusyError, UserError
 from index import integrity
+from index.filtered_search import filtered_search, vector_search
+from index.filters import MATCH_ALL
+from index.filters import parse as parse_filter
 from index.integrity import (
     INDEX_FILE,
     LOCK_FILE,
@@ -48,7 +51,7 @@ from index.replay import Replaying
 from index.rescore import DEFAULT_RESCORE_K
 from index.retrain import Retraining
 from index.store import Document
-from index.vectors import add, bytes_per_vector, centroid_bytes, on_disk, remove, save_index, search
+from index.vectors import add, bytes_per_vector, centroid_bytes, on_disk, remove, save_index
 
 log = logging.getLogger(__name__)
 __all__ = ["INDEX_FILE", "LOCK_FILE", "STORE_FILE", "Hit", "LiveIndex", "open_for_bundle", "writer_lock_held"]
@@ -134,22 +137,16 @@ class LiveIndex(Replaying, Retraining):
         where: dict[str, Any] | None = None,
         rescore_k: int | None = None,
     ) -> list[list[Hit]]:
-        """Top-k hits per query row; ``where`` keeps documents whose metadata equals every given value;
-        ``rescore_k``: candidates a compressed index rescores (default: its own)."""
+        """Top-k hits per query row; ``where``: a metadata filter (index/filters.py), only documents
+        that pass it; ``rescore_k``: candidates a compressed index rescores (default: its own)."""
         queries = self.check_vectors(queries)
+        node = parse_filter(where)
         with self._lock:
-            allowed = self.store.ids_where(where) if where else None
-            if allowed is not None and not allowed:
-                return [[] for _ in queries]
             nprobe = nprobe or self.nprobe
-            if self.rescorer is not None:
-                scores, ids = self.rescorer.search(
-                    self.index, queries, k, nprobe, allowed=allowed, rescore_k=rescore_k
-                )
-            elif allowed is not None:
-                scores, ids = self._search_subset(queries, k, nprobe, allowed)
+            if node == MATCH_ALL:
+                scores, ids = vector_search(self, queries, k, nprobe, rescore_k=rescore_k)
             else:
-                scores, ids = search(self.index, queries, k, nprobe)
+                scores, ids = filtered_search(self, queries, k, nprobe, node, rescore_k=rescore_k)
             docs = self.store.get_many([int(i) for i in ids.ravel() if i >= 0])
         return [
             [
@@ -160,15 +157,22 @@ class LiveIndex(Replaying, Retraining):
             for row_s, row_i in zip(scores, ids, strict=True)
         ]
 
-    def _search_subset(
-        self, queries: np.ndarray, k: int, nprobe: int, allowed: list[int]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        selector = faiss.IDSelectorBatch(np.asarray(allowed, dtype=np.int64))
-        if isinstance(self.index, faiss.IndexIVF):
-            params: faiss.SearchParameters = faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
-        else:
-            params = faiss.SearchParameters(sel=selector)
-        return self.index.search(np.ascontiguousarray(queries), k, params=params)
+    def count(self, where: dict[str, Any] | None = None) -> int:
+        """How many documents pass the filter (all of them without one)."""
+        node = parse_filter(where)
+        with self._lock:
+            return self.store.count() if node == MATCH_ALL else self.store.count_matching(node)
+
+    def add_field_index(self, field: str) -> bool:
+        """Index a metadata field for filters (index/store.py); False if it was already."""
+        self._require_writable()
+        with self._lock:
+            return self.store.add_field_index(field)
+
+    @property
+    def indexed_fields(self) -> tuple[str, ...]:
+        with self._lock:
+            return self.store.indexed_fields()
 
     def get(self, ext_id: str) -> Document | None:
         with self._lock:

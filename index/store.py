@@ -11,6 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from distilembed.errors import UserError
+from index import filter_sql
+from index.filters import Node, join_path, split_path
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
     int_id   INTEGER PRIMARY KEY,
@@ -49,6 +53,9 @@ PRAGMAS = (
     "trusted_schema=OFF",
 )
 BUSY_TIMEOUT_S = 10.0  # a connection meeting a lock (WAL recovery, a checkpoint) waits, not fails
+INSERT_FIELD_VALUE = "INSERT INTO field_values (field, kind, value, int_id) VALUES (?, ?, ?, ?)"
+SOURCE_HAS_FIELDS = "SELECT 1 FROM source.sqlite_master WHERE type = 'table' AND name = 'indexed_fields'"
+IDS_PARAM = "SELECT value FROM json_each(?)"  # a list of int ids as one parameter
 
 
 class DocumentStore:
@@ -64,6 +71,7 @@ class DocumentStore:
         for pragma in PRAGMAS:
             self.db.execute(f"PRAGMA {pragma}")
         self.db.executescript(SCHEMA)
+        filter_sql.install(self.db)
         if readonly:
             self.db.execute("PRAGMA query_only=ON")
 
@@ -95,6 +103,9 @@ class DocumentStore:
         replaced = sorted(existing.values())
         self.db.execute("BEGIN IMMEDIATE")
         try:
+            fields = self.indexed_fields()
+            if fields and replaced:
+                self._drop_field_values(replaced)
             for doc in last.values():
                 meta = json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True)
                 if doc.id in existing:
@@ -107,6 +118,9 @@ class DocumentStore:
                     )
                     assert cur.lastrowid is not None  # set by the INSERT
                     existing[doc.id] = int(cur.lastrowid)
+                if fields:
+                    values = filter_sql.index_rows(existing[doc.id], doc.metadata, fields)
+                    self.db.executemany(INSERT_FIELD_VALUE, values)
                 if vectors is not None:
                     blob = np.ascontiguousarray(vectors[rows[doc.id]], dtype="<f4").tobytes()
                     self.db.execute(
@@ -140,11 +154,6 @@ class DocumentStore:
         rows = self._select_in("int_id, ext_id, text, metadata", "int_id", [int(i) for i in int_ids])
         return {int(r[0]): Document(r[1], r[2], json.loads(r[3])) for r in rows}
 
-    def delete(self, ext_id: str) -> int | None:
-        """Remove a document; return its int id (to remove its vector) or None if unknown."""
-        row = self.db.execute("DELETE FROM docs WHERE ext_id = ? RETURNING int_id", (ext_id,)).fetchone()
-        return int(row[0]) if row else None
-
     def delete_logged(self, ext_ids: Sequence[str]) -> dict[str, int]:
         """Delete documents and log their vector removals in one transaction; return {ext id: int id}."""
         self.db.execute("BEGIN IMMEDIATE")
@@ -154,6 +163,7 @@ class DocumentStore:
                 row = self.db.execute("DELETE FROM docs WHERE ext_id = ? RETURNING int_id", (ext,)).fetchone()
                 if row:
                     gone[ext] = int(row[0])
+                    self._drop_field_values([gone[ext]])
                     self.db.execute("INSERT INTO changes (int_id, vector) VALUES (?, NULL)", (gone[ext],))
             self.db.execute("COMMIT")
         except BaseException:
@@ -175,14 +185,64 @@ class DocumentStore:
     def drop_changes(self, up_to_seq: int) -> None:
         self.db.execute("DELETE FROM changes WHERE seq <= ?", (up_to_seq,))
 
-    def ids_where(self, where: dict[str, Any]) -> list[int]:
-        """Int ids of documents whose metadata has every key equal to the given value."""
-        clauses, params = [], []
-        for key, value in where.items():
-            clauses.append("json_extract(metadata, ?) IS ?")
-            params += [f'$."{key}"', value]
-        sql = "SELECT int_id FROM docs WHERE " + " AND ".join(clauses)
-        return [int(r[0]) for r in self.db.execute(sql, params).fetchall()]
+    # --- filters and payload indexes (index/filters.py, index/filter_sql.py) ---------------------
+
+    def indexed_fields(self) -> tuple[str, ...]:
+        """The fields with a payload index, read each time: another process may have added one."""
+        return tuple(r[0] for r in self.db.execute("SELECT field FROM indexed_fields ORDER BY field"))
+
+    def add_field_index(self, field: str) -> bool:
+        """Index ``field`` (a filter path) for filters: its values for every document, kept in step
+        with every later write. One transaction; False if it was indexed already."""
+        try:
+            field = join_path(split_path(field))
+        except ValueError as exc:
+            raise UserError(f"field {field!r}: {exc}") from None
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            if field in self.indexed_fields():
+                self.db.execute("ROLLBACK")
+                return False
+            self.db.execute("INSERT INTO indexed_fields (field) VALUES (?)", (field,))
+            rows = self.db.execute("SELECT int_id, metadata FROM docs")
+            while chunk := rows.fetchmany(10_000):
+                values = [
+                    r for i, meta in chunk for r in filter_sql.index_rows(i, json.loads(meta), (field,))
+                ]
+                self.db.executemany(INSERT_FIELD_VALUE, values)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return True
+
+    def _drop_field_values(self, int_ids: Sequence[int]) -> None:
+        self.db.execute(
+            "DELETE FROM field_values WHERE int_id IN (SELECT value FROM json_each(?))",
+            (json.dumps(int_ids),),
+        )
+
+    def _where(self, node: Node) -> tuple[str, list[Any]]:
+        return filter_sql.compile_where(node, self.indexed_fields())
+
+    def ids_matching(self, node: Node) -> np.ndarray:
+        """Int ids (int64, ascending) of the documents that pass the filter."""
+        sql, params = self._where(node)
+        # one string through the C layer instead of a Python tuple per row
+        row = self.db.execute(
+            f"SELECT group_concat(int_id) FROM (SELECT int_id FROM docs WHERE {sql} ORDER BY int_id)", params
+        ).fetchone()
+        return np.array(row[0].split(","), dtype=np.int64) if row and row[0] else np.zeros(0, np.int64)
+
+    def count_matching(self, node: Node) -> int:
+        sql, params = self._where(node)
+        return int(self.db.execute(f"SELECT COUNT(*) FROM docs WHERE {sql}", params).fetchone()[0])
+
+    def which_match(self, node: Node, int_ids: Sequence[int]) -> set[int]:
+        """The ones of ``int_ids`` whose documents pass the filter."""
+        sql, params = self._where(node)
+        query = f"SELECT int_id FROM docs WHERE int_id IN ({IDS_PARAM}) AND {sql}"
+        return {int(r[0]) for r in self.db.execute(query, [json.dumps([int(i) for i in int_ids]), *params])}
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
@@ -195,6 +255,14 @@ class DocumentStore:
         try:
             self.db.execute("BEGIN IMMEDIATE")
             cur = self.db.execute("INSERT INTO docs SELECT * FROM source.docs WHERE keep_id(ext_id)")
+            if self.db.execute(SOURCE_HAS_FIELDS).fetchone():
+                self.db.execute(
+                    "INSERT OR IGNORE INTO indexed_fields SELECT field FROM source.indexed_fields"
+                )
+                self.db.execute(
+                    "INSERT INTO field_values SELECT v.* FROM source.field_values v "
+                    "WHERE v.int_id IN (SELECT int_id FROM docs)"
+                )
             self.db.execute("COMMIT")
         finally:
             self.db.execute("DETACH DATABASE source")

@@ -1,0 +1,323 @@
+"""The metadata filter language: parsed and checked here, evaluated in Python (``matches``) and
+compiled to parameterised SQL (index/filter_sql.py). The two must agree on every document; a
+property test holds them to it.
+
+A filter is a JSON object whose clauses must all hold (an empty object matches everything)::
+
+    {"lang": "en"}                                   equality (a bare value is $eq)
+    {"price": {"$gte": 10, "$lt": 20}}               operators on one field, all must hold
+    {"tags": {"$in": ["news", "sport"]}}             any listed value
+    {"author.name": "Ada"}                           a nested key, by its path
+    {"$or": [{"lang": "en"}, {"$not": {"draft": true}}]}
+
+Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists``; logic: ``$and $or $not``. A path's
+segments are separated by dots; a key that holds a dot or a backslash escapes it (``a\\.b`` is the
+one key ``a.b``). Where a path meets a list it looks at each element (a list of objects: each
+object's key), so ``{"tags": "news"}`` matches ``{"tags": ["news", "sport"]}``. Values compare
+within their type: numbers with numbers (``1 == 1.0``), strings with strings (by code point),
+booleans only by equality; ``true`` never equals ``1``. ``{"f": null}`` matches a null ``f`` or a
+missing one, and ``$ne``/``$nin`` are the negations of ``$eq``/``$in`` (they match a missing
+field), as in MongoDB.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from distilembed.errors import TooLargeError, UserError
+
+Scalar = str | int | float | bool | None
+COMPARISONS = ("$gt", "$gte", "$lt", "$lte")
+OPERATORS = ("$eq", "$ne", "$in", "$nin", *COMPARISONS, "$exists")
+LOGICAL = ("$and", "$or", "$not")
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class FilterError(UserError):
+    """A filter that breaks the language: HTTP 422, naming the place."""
+
+
+@dataclass(frozen=True)
+class FilterLimits:
+    """The shape a filter may take. ``depth``, ``clauses``, ``items``, ``values`` and the lengths
+    are in the OpenAPI schema (a request that breaks them is malformed: 422); ``total`` bounds the
+    work a filter asks for as a whole, which JSON Schema cannot say (413)."""
+
+    depth: int = 4  # the top object is level 1; each $and/$or/$not goes one level down
+    clauses: int = 16  # keys of one object
+    items: int = 16  # filters in one $and/$or
+    values: int = 256  # values in one $in/$nin
+    total: int = 1024  # conditions and values in the whole filter
+    path_chars: int = 512
+    string_chars: int = 8192
+
+
+DEFAULT_LIMITS = FilterLimits()
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One operator on one field: ``path`` its keys, ``field`` the path as written canonically."""
+
+    field: str
+    path: tuple[str, ...]
+    op: str
+    operand: Any
+
+
+@dataclass(frozen=True)
+class AllOf:
+    parts: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    parts: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    part: Node
+
+
+Node = Condition | AllOf | AnyOf | Not
+MATCH_ALL = AllOf(())
+
+
+def split_path(text: str) -> tuple[str, ...]:
+    """``a.b\\.c`` -> ("a", "b.c"); empty segments and a dangling backslash are errors."""
+    segments, current, chars = [], [], iter(text)
+    for char in chars:
+        if char == "\\":
+            escaped = next(chars, None)
+            if escaped not in (".", "\\"):
+                raise ValueError("a backslash in a field path escapes only '.' or '\\'")
+            current.append(escaped)
+        elif char == ".":
+            segments.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    segments.append("".join(current))
+    if any(not s for s in segments):
+        raise ValueError("a field path has an empty segment")
+    return tuple(segments)
+
+
+def join_path(path: tuple[str, ...]) -> str:
+    return ".".join(s.replace("\\", "\\\\").replace(".", "\\.") for s in path)
+
+
+class _Parser:
+    def __init__(self, limits: FilterLimits) -> None:
+        self.limits = limits
+        self.size = 0
+
+    def fail(self, where: str, message: str) -> FilterError:
+        return FilterError(f"{where}: {message}")
+
+    def count(self, n: int) -> None:
+        self.size += n
+        if self.size > self.limits.total:
+            raise TooLargeError(f"the filter holds more than {self.limits.total} conditions and values")
+
+    def node(self, raw: Any, where: str, level: int) -> Node:
+        if not isinstance(raw, dict):
+            raise self.fail(where, "a filter is a JSON object")
+        if level > self.limits.depth:
+            raise self.fail(where, f"filters nest at most {self.limits.depth} levels deep")
+        if len(raw) > self.limits.clauses:
+            raise self.fail(where, f"{len(raw)} clauses in one object; the limit is {self.limits.clauses}")
+        parts: list[Node] = []
+        for key, value in raw.items():
+            here = f"{where}.{key}"
+            if key in ("$and", "$or"):
+                if not isinstance(value, list) or not value:
+                    raise self.fail(here, "takes a non-empty list of filters")
+                if len(value) > self.limits.items:
+                    raise self.fail(here, f"{len(value)} filters; the limit is {self.limits.items}")
+                items = tuple(self.node(v, f"{here}.{i}", level + 1) for i, v in enumerate(value))
+                parts.append(AllOf(items) if key == "$and" else AnyOf(items))
+            elif key == "$not":
+                parts.append(Not(self.node(value, here, level + 1)))
+            elif key.startswith("$"):
+                raise self.fail(here, f"unknown operator (logic is {', '.join(LOGICAL)})")
+            else:
+                parts.extend(self.field(key, value, here))
+        return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
+
+    def field(self, key: str, value: Any, where: str) -> Iterator[Condition]:
+        if len(key) > self.limits.path_chars:
+            raise self.fail(where[:80], f"a field path is at most {self.limits.path_chars} characters")
+        try:
+            path = split_path(key)
+        except ValueError as exc:
+            raise self.fail(where, str(exc)) from None
+        field = join_path(path)
+        if isinstance(value, list):
+            raise self.fail(where, "a list is not a value to compare with; use {'$in': [...]}")
+        if not isinstance(value, dict):
+            self.count(1)
+            yield Condition(field, path, "$eq", self.scalar(value, where))
+            return
+        if not value:
+            raise self.fail(where, f"give at least one operator ({', '.join(OPERATORS)})")
+        for op, operand in value.items():
+            yield Condition(field, path, op, self.operand(op, operand, f"{where}.{op}"))
+
+    def operand(self, op: str, operand: Any, where: str) -> Any:
+        self.count(1)
+        if op in ("$eq", "$ne"):
+            return self.scalar(operand, where)
+        if op in ("$in", "$nin"):
+            if not isinstance(operand, list):
+                raise self.fail(where, "takes a list of values")
+            if len(operand) > self.limits.values:
+                raise self.fail(where, f"{len(operand)} values; the limit is {self.limits.values}")
+            return tuple(self.scalar(v, f"{where}.{i}") for i, v in enumerate(operand))
+        if op in COMPARISONS:
+            if operand is None or isinstance(operand, bool):
+                raise self.fail(where, "compares with a number or a string")
+            return self.scalar(operand, where)
+        if op == "$exists":
+            if not isinstance(operand, bool):
+                raise self.fail(where, "takes true or false")
+            return operand
+        raise self.fail(where, f"unknown operator (operators are {', '.join(OPERATORS)})")
+
+    def scalar(self, value: Any, where: str) -> Scalar:
+        self.count(1)
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            if not INT64[0] <= value <= INT64[1]:
+                raise self.fail(where, "integers must fit in 64 bits (-2^63 to 2^63-1)")
+            return value
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise self.fail(where, "numbers must be finite")
+            return value
+        if isinstance(value, str):
+            if len(value) > self.limits.string_chars:
+                raise self.fail(where, f"strings are at most {self.limits.string_chars} characters")
+            return value
+        raise self.fail(where, "a value is a string, a number, true, false or null")
+
+
+def parse(raw: Any, limits: FilterLimits = DEFAULT_LIMITS) -> Node:
+    """The filter as a tree of conditions; FilterError (or TooLargeError) if it breaks the rules."""
+    if raw is None:
+        return MATCH_ALL
+    return _Parser(limits).node(raw, "filter", 1)
+
+
+def conditions(node: Node) -> Iterator[Condition]:
+    if isinstance(node, Condition):
+        yield node
+    elif isinstance(node, Not):
+        yield from conditions(node.part)
+    else:
+        for part in node.parts:
+            yield from conditions(part)
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def resolve(metadata: Any, path: tuple[str, ...]) -> tuple[bool, list[Any]]:
+    """Whether ``path`` is present in ``metadata``, and the values it reaches (a list value gives
+    its elements; lists of objects are looked into)."""
+    current = [metadata]
+    for segment in path:
+        reached = []
+        for item in current:
+            if isinstance(item, dict):
+                if segment in item:
+                    reached.append(item[segment])
+            elif isinstance(item, list):
+                reached.extend(el[segment] for el in item if isinstance(el, dict) and segment in el)
+        current = reached
+    values: list[Any] = []
+    for value in current:
+        values.extend(value) if isinstance(value, list) else values.append(value)
+    return bool(current), values
+
+
+def kind(value: Any) -> int | None:
+    """The type class a value compares within: 0 null, 1 boolean, 2 number, 3 string; None for an
+    object, a list, or an integer past 64 bits (present, but equal to no filter value)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        return 2 if INT64[0] <= value <= INT64[1] else None
+    if isinstance(value, float):
+        return 2
+    if isinstance(value, str):
+        return 3
+    return None
+
+
+def _equal(value: Any, operand: Scalar) -> bool:
+    k = kind(value)
+    return k is not None and k == kind(operand) and value == operand
+
+
+def _compare(value: Any, op: str, operand: Scalar) -> bool:
+    k = kind(value)
+    if k not in (2, 3) or k != kind(operand):
+        return False
+    if op == "$gt":
+        return value > operand
+    if op == "$gte":
+        return value >= operand
+    if op == "$lt":
+        return value < operand
+    return value <= operand
+
+
+def _in(present: bool, values: list[Any], operands: tuple[Scalar, ...]) -> bool:
+    if None in operands and (not present or any(v is None for v in values)):
+        return True
+    return any(_equal(v, o) for v in values for o in operands if o is not None)
+
+
+def holds(cond: Condition, metadata: Any) -> bool:
+    present, values = resolve(metadata, cond.path)
+    op, operand = cond.op, cond.operand
+    if op == "$exists":
+        return present == operand
+    if op in ("$eq", "$ne"):
+        return _in(present, values, (operand,)) == (op == "$eq")
+    if op in ("$in", "$nin"):
+        return _in(present, values, operand) == (op == "$in")
+    return any(_compare(v, op, operand) for v in values)
+
+
+def matches(node: Node, metadata: Any) -> bool:
+    """Whether a document with this metadata passes the filter."""
+    if isinstance(node, Condition):
+        return holds(node, metadata)
+    if isinstance(node, AllOf):
+        return all(matches(p, metadata) for p in node.parts)
+    if isinstance(node, AnyOf):
+        return any(matches(p, metadata) for p in node.parts)
+    return not matches(node.part, metadata)
+
+
+def field_rows(metadata: Any, path: tuple[str, ...]) -> list[tuple[int, Any]]:
+    """What a payload index keeps of one document for one field: (kind, value) per value the path
+    reaches, kind 4 (value None) for an object, a list or an unrepresentable number, and one kind-4
+    row for a present field with no values (an empty list), so that ``$exists`` sees it."""
+    present, values = resolve(metadata, path)
+    rows: list[tuple[int, Any]] = []
+    for value in values:
+        k = kind(value)
+        rows.append((4, None) if k is None else (k, int(value) if k == 1 else value))
+    if present and not rows:
+        rows.append((4, None))
+    return list(dict.fromkeys(rows))
