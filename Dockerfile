@@ -1,7 +1,9 @@
 # distilembed serving image: FastAPI + onnxruntime + tokenizers + faiss-cpu, no torch.
 #   docker build -t distilembed .                      (or: podman build -t distilembed .)
-#   docker run --rm -p 8080:8080 distilembed           answers as soon as it is up: models/default is inside
+#   docker run --rm -p 8080:8080 -e DISTILEMBED_API_KEY=... distilembed   answers at once: models/default is inside
 #   docker build --build-arg EXTRAS=ray -t distilembed-ray .   adds Ray (the compose "ray" profile), still no torch
+# It listens on 0.0.0.0: set a key (DISTILEMBED_API_KEY, or DISTILEMBED_READ_KEYS / DISTILEMBED_WRITE_KEYS),
+# or every route is open to whoever reaches the port (docs/serving.md, "Deploying securely").
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build

@@ -38,12 +38,18 @@ def rss_bytes(pid: int) -> int | None:
 
 @contextlib.contextmanager
 def server(
-    cmd: list[str], ready_url: str, log_path: Path, timeout: float = 180, cwd: Path = ROOT
+    cmd: list[str],
+    ready_url: str,
+    log_path: Path,
+    timeout: float = 180,
+    cwd: Path = ROOT,
+    env: dict[str, str] | None = None,
 ) -> Iterator[subprocess.Popen]:
-    """Run a server subprocess until the block ends (SIGTERM, then kill); yield it once it is ready."""
+    """Run a server subprocess until the block ends (SIGTERM, then kill); yield it once it is ready.
+    ``env``: its whole environment (default: this process's)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
         try:
             deadline = time.monotonic() + timeout
             while True:

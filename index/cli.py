@@ -67,6 +67,9 @@ def build_command(
     lines_per_split: Annotated[
         int, Opt(help="Corpus lines per split: the unit encoded in one call and checkpointed.", min=1)
     ] = 8192,
+    index_field: Annotated[
+        list[str] | None, Opt(help="Metadata field to index for fast filters (repeatable).")
+    ] = None,
     overwrite: Annotated[bool, Opt()] = False,
 ) -> None:
     """Embed a corpus with a bundle into a Faiss IVF index with a SQLite document store (resumable)."""
@@ -93,6 +96,8 @@ def build_command(
         shard_size=lines_per_split,
     )
     manifest = build(cfg, spec, overwrite=overwrite)
+    if index_field:
+        _add_field_indexes(out, index_field)
     keys = ("ntotal", "dim", "index_type", "nlist", "nprobe", "plan", "engine", "build_seconds", "docs_per_s")
     typer.echo(json.dumps({k: manifest[k] for k in keys} | {"skipped": manifest["corpus"]["skipped"]}))
 
@@ -145,13 +150,69 @@ def search_command(
     bundle: Annotated[
         Path | None, Opt(help="Bundle to embed the query (default: the one it was built with).")
     ] = None,
+    filter_: Annotated[str | None, Opt("--filter", help=FILTER_HELP)] = None,
 ) -> None:
     """Top-k documents for a query."""
     if not query.strip():
         raise UserError("--query is empty: give the text to search for")
+    where = _filter(filter_)
     live, encoder = _encoder_for(index, bundle, writable=False, rescore_k=rescore_k)
-    for rank, hit in enumerate(live.search(encoder.encode([query]), k, nprobe)[0], 1):
+    for rank, hit in enumerate(live.search(encoder.encode([query]), k, nprobe, where)[0], 1):
         typer.echo(f"{rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")
+
+
+@app.command("count")
+def count_command(
+    index: Annotated[Path, typer.Argument(help="Index directory.")],
+    filter_: Annotated[str | None, Opt("--filter", help=FILTER_HELP)] = None,
+) -> None:
+    """How many documents pass a filter (all of them without one)."""
+    from index.live import LiveIndex
+
+    where = _filter(filter_)
+    live = LiveIndex(index, writable=False)
+    try:
+        typer.echo(json.dumps({"count": live.count(where)}))
+    finally:
+        live.close(checkpoint=False)
+
+
+@app.command("field")
+def field_command(
+    index: Annotated[Path, typer.Argument(help="Index directory to update in place.")],
+    fields: Annotated[list[str], typer.Argument(help="Metadata field paths (as filters name them).")],
+) -> None:
+    """Keep a payload index of metadata fields, so that filters on them cost what their matches cost."""
+    typer.echo(json.dumps({"indexed_fields": _add_field_indexes(index, fields)}))
+
+
+def _add_field_indexes(index: Path, fields: list[str]) -> list[str]:
+    from index.live import LiveIndex
+
+    live = LiveIndex(index)
+    try:
+        for field in fields:
+            live.add_field_index(field)
+        return list(live.indexed_fields)
+    finally:
+        live.close()
+
+
+FILTER_HELP = 'A metadata filter as JSON, e.g. \'{"lang": "en", "year": {"$gte": 2020}}\' (docs/serving.md).'
+
+
+def _filter(text: str | None) -> dict[str, Any] | None:
+    """The --filter JSON, checked here so that a mistake is one line before anything loads."""
+    if text is None:
+        return None
+    from index.filters import parse
+
+    try:
+        where = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--filter is not valid JSON: {exc.msg} at character {exc.pos}") from None
+    parse(where)
+    return where
 
 
 @app.command("add")

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from index.filters import AllOf, Condition, Node, Not, field_rows, holds, kind, split_path
+from index.filters import AllOf, Condition, Node, Not, conditions, field_rows, holds, kind, split_path
 
 FIELDS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS indexed_fields (field TEXT PRIMARY KEY) WITHOUT ROWID;
@@ -31,6 +31,9 @@ CREATE INDEX IF NOT EXISTS field_values_doc ON field_values (int_id);
 """
 MATCH_FUNCTION = "distilembed_matches"
 _IN_FIELD = "int_id IN (SELECT int_id FROM field_values WHERE field = ?{})"
+# Per row instead: a seek in the payload index for each of a few candidates, where the IN form
+# would first collect every match of a common value.
+_ROW_HAS_FIELD = "EXISTS (SELECT 1 FROM field_values f WHERE f.field = ?{} AND f.int_id = docs.int_id)"
 _SYMBOLS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
@@ -66,9 +69,10 @@ def _join(parts: list[str], op: str) -> str:
 
 
 class _Compiler:
-    def __init__(self, indexed: frozenset[str]) -> None:
+    def __init__(self, indexed: frozenset[str], per_row: bool) -> None:
         self.indexed = indexed
         self.params: list[Any] = []
+        self.template = _ROW_HAS_FIELD if per_row else _IN_FIELD
 
     def node(self, node: Node) -> str:
         if isinstance(node, Condition):
@@ -86,7 +90,7 @@ class _Compiler:
 
     def lookup(self, field: str, extra: str = "", *values: Any) -> str:
         self.params += [field, *values]
-        return "(" + _IN_FIELD.format(extra) + ")"
+        return "(" + self.template.format(extra) + ")"
 
     def indexed_condition(self, cond: Condition) -> str:
         op, operand, field = cond.op, cond.operand, cond.field
@@ -110,9 +114,99 @@ class _Compiler:
         return f"NOT {expr}" if op in ("$ne", "$nin") else expr
 
 
-def compile_where(node: Node, indexed: Iterable[str]) -> tuple[str, list[Any]]:
-    """A SQL condition on a ``docs`` row, with its parameters."""
-    compiler = _Compiler(frozenset(indexed))
+def compile_where(node: Node, indexed: Iterable[str], per_row: bool = False) -> tuple[str, list[Any]]:
+    """A SQL condition on a ``docs`` row, with its parameters; ``per_row`` for a query that checks
+    a few given rows rather than finding every match."""
+    compiler = _Compiler(frozenset(indexed), per_row)
+    return compiler.node(node), compiler.params
+
+
+_VALUES = "SELECT int_id FROM field_values WHERE field = ?{}"
+_ALL = "SELECT int_id FROM docs"
+
+
+class _SetCompiler:
+    """A filter on indexed fields only, as a compound SELECT of int ids over the payload index:
+    it never reads a ``docs`` row (a rowid lookup each, the bulk of the cost for thousands)."""
+
+    def __init__(self) -> None:
+        self.params: list[Any] = []
+
+    def node(self, node: Node) -> str:
+        if isinstance(node, Condition):
+            return self.condition(node)
+        if isinstance(node, Not):
+            return self.combine([_ALL, self.node(node.part)], "EXCEPT")
+        if not node.parts:
+            return _ALL if isinstance(node, AllOf) else _ALL + " WHERE 0"
+        if isinstance(node, AllOf):
+            return self.conjunction(node)
+        return self.combine([self.node(p) for p in node.parts], "UNION")
+
+    def conjunction(self, node: AllOf) -> str:
+        """One part's ids, the others checked per id: an INTERSECT would first collect every match
+        of each part, and ``{"lang": "en", "archived": false}`` has a common part."""
+        driver = next((p for p in node.parts if _is_lookup(p)), node.parts[0])
+        rest = [p for p in node.parts if p is not driver]
+        ids = self.node(driver)
+        per_id = _Compiler(frozenset(c.field for c in conditions(node)), per_row=True)
+        check = per_id.node(rest[0] if len(rest) == 1 else AllOf(tuple(rest)))
+        self.params += per_id.params
+        # named "docs": the per-row conditions refer to docs.int_id
+        return f"SELECT int_id FROM ({ids}) AS docs WHERE {check}"
+
+    @staticmethod
+    def combine(parts: list[str], op: str) -> str:
+        """Balanced, each side a subquery: compound SELECTs chain left to right, with no parentheses."""
+        if len(parts) == 1:
+            return parts[0]
+        mid = len(parts) // 2
+        left, right = _SetCompiler.combine(parts[:mid], op), _SetCompiler.combine(parts[mid:], op)
+        return f"SELECT int_id FROM ({left}) {op} SELECT int_id FROM ({right})"
+
+    def values(self, field: str, extra: str = "", *values: Any) -> str:
+        self.params += [field, *values]
+        return _VALUES.format(extra)
+
+    def condition(self, cond: Condition) -> str:
+        op, operand, field = cond.op, cond.operand, cond.field
+        if op == "$exists":
+            present = self.values(field)
+            return present if operand else self.combine([_ALL, present], "EXCEPT")
+        if op in _SYMBOLS:
+            return self.values(field, f" AND kind = ? AND value {_SYMBOLS[op]} ?", kind(operand), operand)
+        operands = (operand,) if op in ("$eq", "$ne") else operand
+        terms = []
+        if None in operands:
+            terms.append(self.values(field, " AND kind = 0"))
+            terms.append(self.combine([_ALL, self.values(field)], "EXCEPT"))
+        by_kind: dict[int, list[Any]] = {}
+        for value in operands:
+            if value is not None:
+                by_kind.setdefault(kind(value) or 0, []).append(int(value) if kind(value) == 1 else value)
+        for k, values in by_kind.items():
+            marks = ",".join("?" * len(values))
+            terms.append(self.values(field, f" AND kind = ? AND value IN ({marks})", k, *values))
+        matched = self.combine(terms, "UNION") if terms else _ALL + " WHERE 0"
+        return self.combine([_ALL, matched], "EXCEPT") if op in ("$ne", "$nin") else matched
+
+
+def _is_lookup(node: Node) -> bool:
+    """An equality or ``$in`` on values: usually the most selective part of a conjunction."""
+    return (
+        isinstance(node, Condition)
+        and node.op in ("$eq", "$in")
+        and None not in (node.operand if isinstance(node.operand, tuple) else (node.operand,))
+    )
+
+
+def compile_ids(node: Node, indexed: Iterable[str]) -> tuple[str, list[Any]] | None:
+    """A SELECT of the matching int ids that reads only the payload index, when every condition of
+    the filter is on an indexed field; None otherwise."""
+    fields = frozenset(indexed)
+    if any(c.field not in fields for c in conditions(node)):
+        return None
+    compiler = _SetCompiler()
     return compiler.node(node), compiler.params
 
 

@@ -12,11 +12,12 @@ A filter is a JSON object whose clauses must all hold (an empty object matches e
 
 Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists``; logic: ``$and $or $not``. A path's
 segments are separated by dots; a key that holds a dot or a backslash escapes it (``a\\.b`` is the
-one key ``a.b``). Where a path meets a list it looks at each element (a list of objects: each
-object's key), so ``{"tags": "news"}`` matches ``{"tags": ["news", "sport"]}``. Values compare
-within their type: numbers with numbers (``1 == 1.0``), strings with strings (by code point),
-booleans only by equality; ``true`` never equals ``1``. ``{"f": null}`` matches a null ``f`` or a
-missing one, and ``$ne``/``$nin`` are the negations of ``$eq``/``$in`` (they match a missing
+one key ``a.b``), and a path that starts with a ``$`` key escapes that ``$`` (``\\$ref``). Where a
+path meets a list it looks at each element (a list of objects: each object's key), so
+``{"tags": "news"}`` matches ``{"tags": ["news", "sport"]}``. Values compare within their type:
+numbers with numbers (``1 == 1.0``, exactly, also past 64 bits), strings with strings (by code
+point), booleans only by equality; ``true`` never equals ``1``. ``{"f": null}`` matches a null ``f``
+or a missing one, and ``$ne``/``$nin`` are the negations of ``$eq``/``$in`` (they match a missing
 field), as in MongoDB.
 """
 
@@ -34,6 +35,7 @@ COMPARISONS = ("$gt", "$gte", "$lt", "$lte")
 OPERATORS = ("$eq", "$ne", "$in", "$nin", *COMPARISONS, "$exists")
 LOGICAL = ("$and", "$or", "$not")
 INT64 = (-(1 << 63), (1 << 63) - 1)
+MAX_NUMBER = 1.7e308  # what the OpenAPI schema states: finite, with room below float's limit
 
 
 class FilterError(UserError):
@@ -93,8 +95,8 @@ def split_path(text: str) -> tuple[str, ...]:
     for char in chars:
         if char == "\\":
             escaped = next(chars, None)
-            if escaped not in (".", "\\"):
-                raise ValueError("a backslash in a field path escapes only '.' or '\\'")
+            if escaped not in (".", "\\", "$"):
+                raise ValueError("a backslash in a field path escapes only '.', '\\' or '$'")
             current.append(escaped)
         elif char == ".":
             segments.append("".join(current))
@@ -108,7 +110,9 @@ def split_path(text: str) -> tuple[str, ...]:
 
 
 def join_path(path: tuple[str, ...]) -> str:
-    return ".".join(s.replace("\\", "\\\\").replace(".", "\\.") for s in path)
+    """The path as a filter writes it; a leading "$" is escaped (a bare one starts an operator)."""
+    text = ".".join(s.replace("\\", "\\\\").replace(".", "\\.") for s in path)
+    return "\\" + text if text.startswith("$") else text
 
 
 class _Parser:
@@ -133,7 +137,7 @@ class _Parser:
             raise self.fail(where, f"{len(raw)} clauses in one object; the limit is {self.limits.clauses}")
         parts: list[Node] = []
         for key, value in raw.items():
-            here = f"{where}.{key}"
+            here = f"{where}.{_printable(key)}"
             if key in ("$and", "$or"):
                 if not isinstance(value, list) or not value:
                     raise self.fail(here, "takes a non-empty list of filters")
@@ -151,7 +155,8 @@ class _Parser:
 
     def field(self, key: str, value: Any, where: str) -> Iterator[Condition]:
         if len(key) > self.limits.path_chars:
-            raise self.fail(where[:80], f"a field path is at most {self.limits.path_chars} characters")
+            raise self.fail(where, f"a field path is at most {self.limits.path_chars} characters")
+        _utf8(key, where)
         try:
             path = split_path(key)
         except ValueError as exc:
@@ -161,12 +166,12 @@ class _Parser:
             raise self.fail(where, "a list is not a value to compare with; use {'$in': [...]}")
         if not isinstance(value, dict):
             self.count(1)
-            yield Condition(field, path, "$eq", self.scalar(value, where))
+            yield _exact(Condition(field, path, "$eq", self.scalar(value, where)))
             return
         if not value:
             raise self.fail(where, f"give at least one operator ({', '.join(OPERATORS)})")
         for op, operand in value.items():
-            yield Condition(field, path, op, self.operand(op, operand, f"{where}.{op}"))
+            yield _exact(Condition(field, path, op, self.operand(op, operand, f"{where}.{op}")))
 
     def operand(self, op: str, operand: Any, where: str) -> Any:
         self.count(1)
@@ -188,23 +193,69 @@ class _Parser:
             return operand
         raise self.fail(where, f"unknown operator (operators are {', '.join(OPERATORS)})")
 
-    def scalar(self, value: Any, where: str) -> Scalar:
+    def scalar(self, value: Any, where: str) -> Scalar | _Gap:
         self.count(1)
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, int):
-            if not INT64[0] <= value <= INT64[1]:
-                raise self.fail(where, "integers must fit in 64 bits (-2^63 to 2^63-1)")
-            return value
+            if INT64[0] <= value <= INT64[1]:
+                return value
+            if abs(value) <= MAX_NUMBER:  # past 64 bits: JSON Schema's numbers go on
+                return float(value) if float(value) == value else _Gap.around(value)
+            raise self.fail(where, f"numbers are finite and at most {MAX_NUMBER:g} in size")
         if isinstance(value, float):
-            if not math.isfinite(value):
-                raise self.fail(where, "numbers must be finite")
+            if not abs(value) <= MAX_NUMBER:  # NaN fails this too
+                raise self.fail(where, f"numbers are finite and at most {MAX_NUMBER:g} in size")
             return value
         if isinstance(value, str):
             if len(value) > self.limits.string_chars:
                 raise self.fail(where, f"strings are at most {self.limits.string_chars} characters")
+            _utf8(value, where)
             return value
         raise self.fail(where, "a value is a string, a number, true, false or null")
+
+
+@dataclass(frozen=True)
+class _Gap:
+    """An integer past 64 bits that no float equals: only the floats on either side of it exist in
+    metadata (its integers are 64-bit), so the condition is rewritten with those (``_exact``)."""
+
+    below: float
+    above: float
+
+    @classmethod
+    def around(cls, value: int) -> _Gap:
+        near = float(value)
+        if near > value:
+            return cls(math.nextafter(near, -math.inf), near)
+        return cls(near, math.nextafter(near, math.inf))
+
+
+def _exact(cond: Condition) -> Condition:
+    """``cond`` with every ``_Gap`` operand replaced by what it means for stored values: equal to
+    none of them; greater than it means at least the float above it; less, at most the one below."""
+    op, operand = cond.op, cond.operand
+    if isinstance(operand, _Gap):
+        if op in ("$eq", "$ne"):
+            return Condition(cond.field, cond.path, "$in" if op == "$eq" else "$nin", ())
+        bound = operand.above if op in ("$gt", "$gte") else operand.below
+        return Condition(cond.field, cond.path, "$gte" if op in ("$gt", "$gte") else "$lte", bound)
+    if isinstance(operand, tuple) and any(isinstance(v, _Gap) for v in operand):
+        return Condition(cond.field, cond.path, op, tuple(v for v in operand if not isinstance(v, _Gap)))
+    return cond
+
+
+def _printable(key: str) -> str:
+    """A key as an error message can quote it: lone surrogates escaped, at most 80 characters."""
+    return key.encode("utf-8", "backslashreplace").decode("utf-8")[:80]
+
+
+def _utf8(text: str, where: str) -> None:
+    """JSON lets a lone surrogate through (``"\\ud800"``); SQLite and the response cannot hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FilterError(f"{where}: holds a lone surrogate, not text") from None
 
 
 def parse(raw: Any, limits: FilterLimits = DEFAULT_LIMITS) -> Node:

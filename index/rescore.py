@@ -119,7 +119,7 @@ class Rescorer:
         k: int,
         nprobe: int | None,
         *,
-        allowed: list[int] | None = None,
+        allowed: Sequence[int] | np.ndarray | None = None,
         rescore_k: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(scores, ids), each (n_queries, k): candidates from the compressed lists rescored

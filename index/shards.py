@@ -112,6 +112,8 @@ class ShardSearcher(Protocol):
 
     def get(self, ext_id: str) -> Document | None: ...
 
+    def count(self, where: dict[str, Any] | None = None) -> int: ...
+
 
 def merge_hits(per_shard: Sequence[list[list[Hit]]], k: int) -> list[list[Hit]]:
     """Per query, the k best hits of all shards (highest score first)."""
@@ -156,10 +158,17 @@ class ShardedIndex:
     def get(self, ext_id: str) -> Document | None:
         return self.shards[shard_of(ext_id, len(self.shards))].get(ext_id)
 
+    def count(self, where: dict[str, Any] | None = None) -> int:
+        return sum(f.result() for f in [self._pool.submit(s.count, where) for s in self.shards])
+
+    @property
+    def indexed_fields(self) -> tuple[str, ...]:
+        return tuple(self.manifest.get("first_shard", {}).get("indexed_fields", ()))
+
     def _read_only(self, *_: object, **__: object) -> Any:
         raise BusyError("a sharded index is read-only: write to its source index and shard it again")
 
-    upsert = delete = retrain = _read_only
+    upsert = delete = retrain = add_field_index = _read_only
 
     def snapshot(self, out: str | Path, overwrite: bool = False) -> dict[str, Any]:  # noqa: ARG002
         raise BusyError("a sharded index is snapshot shard by shard, or snapshot its source index")

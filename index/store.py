@@ -222,25 +222,34 @@ class DocumentStore:
             (json.dumps(int_ids),),
         )
 
-    def _where(self, node: Node) -> tuple[str, list[Any]]:
-        return filter_sql.compile_where(node, self.indexed_fields())
+    def _where(self, node: Node, per_row: bool = False) -> tuple[str, list[Any]]:
+        return filter_sql.compile_where(node, self.indexed_fields(), per_row)
+
+    def _matching_ids_sql(self, node: Node) -> tuple[str, list[Any]]:
+        """A SELECT of the matching int ids (duplicates possible): over the payload index alone
+        when it covers the filter, else a pass over the documents."""
+        fields = self.indexed_fields()
+        compiled = filter_sql.compile_ids(node, fields)
+        if compiled is not None:
+            return compiled
+        sql, params = filter_sql.compile_where(node, fields)
+        return f"SELECT int_id FROM docs WHERE {sql}", params
 
     def ids_matching(self, node: Node) -> np.ndarray:
         """Int ids (int64, ascending) of the documents that pass the filter."""
-        sql, params = self._where(node)
+        sql, params = self._matching_ids_sql(node)
         # one string through the C layer instead of a Python tuple per row
-        row = self.db.execute(
-            f"SELECT group_concat(int_id) FROM (SELECT int_id FROM docs WHERE {sql} ORDER BY int_id)", params
-        ).fetchone()
-        return np.array(row[0].split(","), dtype=np.int64) if row and row[0] else np.zeros(0, np.int64)
+        query = f"SELECT group_concat(int_id) FROM (SELECT DISTINCT int_id FROM ({sql}) ORDER BY int_id)"
+        text = self.db.execute(query, params).fetchone()[0]
+        return np.fromstring(text, dtype=np.int64, sep=",") if text else np.zeros(0, np.int64)
 
     def count_matching(self, node: Node) -> int:
-        sql, params = self._where(node)
-        return int(self.db.execute(f"SELECT COUNT(*) FROM docs WHERE {sql}", params).fetchone()[0])
+        sql, params = self._matching_ids_sql(node)
+        return int(self.db.execute(f"SELECT COUNT(DISTINCT int_id) FROM ({sql})", params).fetchone()[0])
 
     def which_match(self, node: Node, int_ids: Sequence[int]) -> set[int]:
         """The ones of ``int_ids`` whose documents pass the filter."""
-        sql, params = self._where(node)
+        sql, params = self._where(node, per_row=True)
         query = f"SELECT int_id FROM docs WHERE int_id IN ({IDS_PARAM}) AND {sql}"
         return {int(r[0]) for r in self.db.execute(query, [json.dumps([int(i) for i in int_ids]), *params])}
 

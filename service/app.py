@@ -13,17 +13,19 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypedDict
 
-from fastapi import FastAPI, Security, params
+from fastapi import APIRouter, FastAPI, Security, params
 from fastapi.middleware.cors import CORSMiddleware
 
 from distilembed.artifacts import tool_versions
 from distilembed.errors import UserError
 from service import errors, openapi
-from service.auth import KeyRing, require_read, require_write
+from service.auth import Access, AccessMiddleware, AccessTable, KeyRing, require_read, require_write
 from service.batcher import Batcher, EncoderLike
 from service.metrics import Metrics, directory_size
-from service.middleware import ObservabilityMiddleware, PayloadLimitMiddleware
+from service.middleware import InternalErrorMiddleware, ObservabilityMiddleware, PayloadLimitMiddleware
 from service.routes_embed import router as embed_router
+from service.routes_fields import read_router as fields_read_router
+from service.routes_fields import write_router as fields_write_router
 from service.routes_index import read_router as index_read_router
 from service.routes_index import write_router as index_write_router
 from service.routes_ops import info_router, metrics_router
@@ -167,9 +169,11 @@ def create_app(
     state = ServiceState(settings=settings, metrics=metrics, encoder=encoder, index=index)
     app.state.service = state
     errors.install(app)
-    # The key checks are dependencies only when keys are set: FastAPI resolves dependencies on every
-    # request, the hot routes should not pay for a check that cannot fail, and the OpenAPI document
-    # should not promise a 401 that never comes.
+    served = [settings.bundle, *(d for d in (settings.index_dir, settings.snapshots) if d is not None)]
+    app.state.scrub = errors.PathScrubber(served)
+    # The key checks (AccessMiddleware, and the dependencies that document them) exist only when keys
+    # are set: FastAPI resolves dependencies on every request, the hot routes should not pay for a
+    # check that cannot fail, and the OpenAPI document should not promise a 401 that never comes.
     app.state.keys = keys = KeyRing.from_settings(settings)
     read: RouterOptions = {"dependencies": [Security(require_read)], "responses": errors.documented(401)}
     write: RouterOptions = {
@@ -178,14 +182,28 @@ def create_app(
     }
     if not keys.enabled:
         read = write = {}
-    app.include_router(ops_router)
-    app.include_router(info_router, **read)
-    app.include_router(metrics_router, **(read if settings.metrics_require_key else {}))
-    app.include_router(embed_router, **read)
-    app.include_router(index_read_router, **read)
-    app.include_router(index_write_router, **write)
+    options: dict[Access | None, RouterOptions] = {"read": read, "write": write, None: {}}
+    metrics_access: Access | None = "read" if settings.metrics_require_key else None
+    needs: list[tuple[APIRouter, Access | None]] = [
+        (ops_router, None),
+        (info_router, "read"),
+        (metrics_router, metrics_access),
+        (embed_router, "read"),
+        (index_read_router, "read"),
+        (index_write_router, "write"),
+        (fields_read_router, "read"),
+        (fields_write_router, "write"),
+    ]
+    for router, access in needs:
+        app.include_router(router, **options[access])
     openapi.install(app, settings, lambda: state.encoder.dim if state.encoder is not None else None)
+    # Outermost last: observability, CORS, the 500 guard, the key check, then the body limit (the key
+    # check comes before anything reads the body).
     app.add_middleware(PayloadLimitMiddleware, limit=settings.max_payload_bytes)
+    if keys.enabled:
+        table = AccessTable((r, a) for router, a in needs if a is not None for r in router.routes)
+        app.add_middleware(AccessMiddleware, keys=keys, table=table)
+    app.add_middleware(InternalErrorMiddleware, metrics=metrics)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -194,7 +212,6 @@ def create_app(
             allow_headers=["Authorization", "Content-Type", "X-API-Key"],
             expose_headers=["X-Took-Ms", "Retry-After"],
         )
-    routes = [r for router in (ops_router, info_router, metrics_router, embed_router) for r in router.routes]
-    routes += [*index_read_router.routes, *index_write_router.routes]
+    routes = [r for router, _ in needs for r in router.routes]
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, routes=routes)
     return app

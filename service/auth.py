@@ -3,6 +3,11 @@ write keys (upsert, delete, retrain, snapshot). A write key also reads. Each is 
 rotated by adding the new one, moving clients over, then removing the old one, with no restart of
 clients in between. ``/health`` and ``/ready`` stay open for probes.
 
+The check runs twice over: as pure ASGI (``AccessMiddleware``), before the body is read, and as the
+routes' ``Security`` dependencies, which put both schemes in the OpenAPI document and pass at once
+what the first check let through (FastAPI reads and parses a body before it runs dependencies: on
+their own, they let an anonymous client make the server read and parse up to the body limit).
+
 Keys are compared as SHA-256 digests with ``hmac.compare_digest`` against every configured key (no
 early exit), so neither a key's length nor its position in the list shows in the timing. Keys are
 ``SecretStr`` in the settings: they never appear in logs, reprs or error messages.
@@ -12,16 +17,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Literal
 
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.datastructures import Headers
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import ApiError
+from service.middleware import error_json
 from service.settings import Settings
 
 Access = Literal["read", "write"]
+GRANTED = "distilembed_access"  # in the scope's state: what AccessMiddleware let through
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`.")
 _header = APIKeyHeader(name="X-API-Key", auto_error=False, description="An API key (alternative header).")
 
@@ -67,24 +78,72 @@ class KeyRing:
             raise ApiError(403, "this API key may read but not write", "forbidden")
 
 
-def presented(request: Request) -> list[str]:
+def presented(headers: Mapping[str, str]) -> list[str]:
     """Every credential the request carries. An ``Authorization`` header that is not ``Bearer <key>``
     counts as a wrong key, not as no key: a bad credential is never outvoted by a good one."""
     given = []
-    authorization = request.headers.get("authorization")
+    authorization = headers.get("authorization")
     if authorization is not None:
         scheme, _, key = authorization.partition(" ")
         given.append(key.strip() if scheme.lower() == "bearer" else "")
-    if (header := request.headers.get("x-api-key")) is not None:
+    if (header := headers.get("x-api-key")) is not None:
         given.append(header)
     return given
 
 
-def check_request(request: Request, access: Access) -> None:
-    keys: KeyRing = request.app.state.keys
-    given: Sequence[str | None] = presented(request) or [None]  # None: no key
+def check_headers(keys: KeyRing, headers: Mapping[str, str], access: Access) -> None:
+    given: Sequence[str | None] = presented(headers) or [None]  # None: no key
     for key in given:
         keys.check(key, access)
+
+
+def check_request(request: Request, access: Access) -> None:
+    granted = request.scope.get("state", {}).get(GRANTED)
+    if granted in (access, "write"):
+        return
+    check_headers(request.app.state.keys, request.headers, access)
+
+
+class AccessTable:
+    """The access each route needs, by method and path: a dict lookup for fixed paths (every hot
+    route); only a path that is not one of them is matched against the few with parameters."""
+
+    def __init__(self, routes: Iterable[tuple[BaseRoute, Access]]) -> None:
+        self.fixed: dict[tuple[str, str], Access] = {}
+        self.templated: list[tuple[re.Pattern[str], frozenset[str], Access]] = []
+        for route, access in routes:
+            assert isinstance(route, Route), route  # the routers hold plain routes
+            methods = frozenset(route.methods or ())
+            if route.param_convertors:
+                self.templated.append((route.path_regex, methods, access))
+            else:
+                self.fixed.update(dict.fromkeys(((m, route.path) for m in methods), access))
+
+    def needs(self, method: str, path: str) -> Access | None:
+        """None: an open route, or no route (its 404 or 405 comes from the router)."""
+        access = self.fixed.get((method, path))
+        if access is None:
+            for pattern, methods, needed in self.templated:
+                if method in methods and pattern.match(path):
+                    return needed
+        return access
+
+
+class AccessMiddleware:
+    """The key check of every route that needs one, answered before the app reads the body."""
+
+    def __init__(self, app: ASGIApp, keys: KeyRing, table: AccessTable) -> None:
+        self.app, self.keys, self.table = app, keys, table
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (needed := self.table.needs(scope["method"], scope["path"])):
+            try:
+                check_headers(self.keys, Headers(scope=scope), needed)
+            except ApiError as exc:
+                await error_json(scope, exc.status, exc.message, exc.kind, exc.headers)(scope, receive, send)
+                return
+            scope.setdefault("state", {})[GRANTED] = needed
+        await self.app(scope, receive, send)
 
 
 # The Security parameters put both schemes in the OpenAPI document; the headers are read whole.

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
+import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import Scope
 
-from distilembed.errors import BusyError, UserError
+from distilembed.errors import BusyError, TooLargeError, UserError
 
 log = logging.getLogger("distilembed.service")
 
@@ -66,6 +69,7 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 NOT_JSON = "the request body is not valid JSON"
+TOO_DEEP = "body: JSON nested too deeply to parse"
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -103,6 +107,8 @@ def _route_methods(route: Any, scope: Scope) -> set[str]:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400:  # FastAPI's answer to a body it could not decode
+        if isinstance(exc.__cause__, RecursionError):  # valid JSON, but past the parser's depth
+            return error_response(request, 422, TOO_DEEP, "validation_error")
         return error_response(request, 400, NOT_JSON, "invalid_json")
     headers = exc.headers
     if exc.status_code == 405:
@@ -118,19 +124,31 @@ ERROR_DESCRIPTIONS = {
     403: "The API key may read but not write.",
     404: "No such document, or no index configured.",
     409: "The index is read-only here, or busy (a retrain or snapshot is running).",
-    413: "The body, or the number of texts or documents, is over the limit.",
+    413: "The body, the number of texts or documents, or a metadata's keys, values or bytes is over the "
+    "limit.",
     415: "The body is not `Content-Type: application/json`.",
     422: "The request breaks the schema or a limit of this server (the message says which).",
     429: "Too many texts are waiting for the encoder; retry after `Retry-After` seconds.",
-    503: "Not ready yet, shutting down, or a part of the cluster is unavailable; retry.",
+    503: "Not ready yet, shutting down, or a part of the cluster is unavailable; retry after "
+    "`Retry-After` seconds.",
 }
 
 
+def retry_after() -> dict[str, Any]:
+    """The ``headers`` of a documented 429 or 503 (a new dict each time: FastAPI keeps what it is given)."""
+    return {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}}
+
+
 def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` for a route: each error status it can return, with the error body."""
+    """``responses=`` for a route: each error status it can return, with the error body (and the
+    ``Retry-After`` header of the statuses that carry it)."""
     from service.schemas import ErrorBody
 
-    return {code: {"model": ErrorBody, "description": ERROR_DESCRIPTIONS[code]} for code in codes}
+    return {
+        code: {"model": ErrorBody, "description": ERROR_DESCRIPTIONS[code]}
+        | ({"headers": retry_after()} if code in (429, 503) else {})
+        for code in codes
+    }
 
 
 JSON_TYPES = ("application/json",)
@@ -147,13 +165,47 @@ async def require_json(request: Request) -> None:
         )
 
 
+def shown(directory: Path) -> str:
+    """How a response names one of the server's directories: its name alone, as configured (``.``
+    and ``..`` worked out, symbolic links not followed)."""
+    return Path(os.path.normpath(directory.absolute())).name or directory.anchor
+
+
+class PathScrubber:
+    """Names the server's directories (index, snapshots, bundle) by their names alone in the
+    messages of the index layer's errors, which name them whole: right for the CLI, but over HTTP
+    they would tell any client the server's file layout. Each is matched as configured, absolute
+    and resolved (through symbolic links), the longest first, at path boundaries only."""
+
+    def __init__(self, directories: Iterable[Path]) -> None:
+        names: dict[str, str] = {}
+        for directory in directories:
+            for form in {str(directory), str(directory.absolute()), str(directory.resolve())}:
+                names.setdefault(form, shown(directory))
+        names = {form: name for form, name in names.items() if form != name}
+        self._names = names
+        forms = "|".join(re.escape(form) for form in sorted(names, key=len, reverse=True))
+        self._pattern = re.compile(rf"(?<![\w.~/-])(?:{forms})(?![\w-])") if names else None
+
+    def __call__(self, message: str) -> str:
+        if self._pattern is None:
+            return message
+        return self._pattern.sub(lambda m: self._names[m.group(0)], message)
+
+
 async def _user_error(request: Request, exc: Exception) -> JSONResponse:
+    scrub: PathScrubber = request.app.state.scrub
+    message = scrub(str(exc))
     if isinstance(exc, BusyError):
-        return error_response(request, 409, str(exc), "conflict")
-    return error_response(request, 422, str(exc), "validation_error")
+        return error_response(request, 409, message, "conflict")
+    if isinstance(exc, TooLargeError):
+        return error_response(request, 413, message, "payload_too_large")
+    return error_response(request, 422, message, "validation_error")
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's last resort, for a bug outside InternalErrorMiddleware (middleware.py) or after a
+    response began: the connection closes after it."""
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     service = getattr(request.app.state, "service", None)
     if service is not None:

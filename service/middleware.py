@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse
@@ -13,12 +13,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.metrics import Metrics
 
+log = logging.getLogger("distilembed.service")
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _elapsed_ms(scope: Scope) -> float:
     start = scope.get("state", {}).get("start")
     return round((time.perf_counter() - start) * 1000, 3) if start is not None else 0.0
+
+
+def error_json(
+    scope: Scope, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """The error body of service/errors.py, for answers given outside FastAPI's handlers."""
+    body = {"error": message, "type": kind, "took_ms": _elapsed_ms(scope)}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 class ObservabilityMiddleware:
@@ -69,12 +78,9 @@ class PayloadLimitMiddleware:
         self.app, self.limit = app, limit
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
-        body: dict[str, Any] = {
-            "error": f"request body {size} exceeds the limit of {self.limit} bytes",
-            "type": "payload_too_large",
-            "took_ms": _elapsed_ms(scope),
-        }
-        await JSONResponse(body, status_code=413, headers={"Connection": "close"})(scope, receive, send)
+        message = f"request body {size} exceeds the limit of {self.limit} bytes"
+        close = {"Connection": "close"}
+        await error_json(scope, 413, message, "payload_too_large", close)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in BODYLESS:
@@ -108,3 +114,34 @@ class PayloadLimitMiddleware:
             return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+class InternalErrorMiddleware:
+    """A bug's JSON 500, and the connection kept. Starlette's ServerErrorMiddleware sends the same
+    answer but then raises again, and uvicorn closes any connection whose app raised: one bug's
+    request would cost its client the connection. Once a response has begun the exception goes on
+    to ServerErrorMiddleware, which logs it and counts it, and the connection closes (the response
+    is cut short)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_watched)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            self.metrics.internal_errors.inc()
+            await error_json(scope, 500, "internal server error", "internal_error")(scope, receive, send)

@@ -11,6 +11,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from service import filter_schema
+from service.metadata import INT64_MAX, INT64_MIN, MetadataLimits
 from service.routes_embed import with_encodings
 from service.settings import Settings
 
@@ -18,6 +20,38 @@ from service.settings import Settings
 def _branch(prop: dict[str, Any], kind: str) -> dict[str, Any]:
     """The ``kind`` branch of a property (``anyOf`` of a text or a list, or nullable), or itself."""
     return next((b for b in prop.get("anyOf", []) if b.get("type") == kind), prop)
+
+
+def metadata_schemas(limits: MetadataLimits) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A document's ``metadata`` as JSON Schema, and the components it refers to: one per level of
+    nesting (``MetadataLevel<n>`` may be a list or an object at level n), so the depth limit is in
+    the schema, down to ``MetadataScalar``. The totals (keys over every object, values, bytes) are
+    beyond JSON Schema: the description states them. A number is bounded whole, integer or not, as
+    JSON Schema cannot tell ``1e20`` from ``100000000000000000000``."""
+
+    def ref(name: str) -> dict[str, str]:
+        return {"$ref": f"#/components/schemas/{name}"}
+
+    def holding(value: dict[str, Any]) -> dict[str, Any]:
+        keys = {"maxProperties": limits.keys, "propertyNames": {"maxLength": limits.key_chars}}
+        return {"type": "object", **keys, "additionalProperties": value}
+
+    components: dict[str, dict[str, Any]] = {
+        "MetadataScalar": {
+            "anyOf": [
+                {"type": "string", "maxLength": limits.string_chars},
+                {"type": "number", "minimum": INT64_MIN, "maximum": INT64_MAX},
+                {"type": "boolean"},
+                {"type": "null"},
+            ]
+        }
+    }
+    inner = "MetadataScalar"
+    for level in range(limits.depth, 1, -1):
+        array = {"type": "array", "maxItems": limits.items, "items": ref(inner)}
+        components[f"MetadataLevel{level}"] = {"anyOf": [ref("MetadataScalar"), array, holding(ref(inner))]}
+        inner = f"MetadataLevel{level}"
+    return holding(ref(inner)) | {"description": limits.describe()}, components
 
 
 def with_limits(schema: dict[str, Any], settings: Settings, dim: int | None) -> dict[str, Any]:
@@ -45,6 +79,11 @@ def with_limits(schema: dict[str, Any], settings: Settings, dim: int | None) -> 
             vector["minItems"] = vector["maxItems"] = dim
     if dim is not None and "EmbeddingRequest" in models:
         prop("EmbeddingRequest", "dimensions", "integer")["maximum"] = dim
+    filter_schema.install(schema)
+    if "DocumentIn" in models:
+        metadata, components = metadata_schemas(MetadataLimits.from_settings(settings))
+        prop("DocumentIn", "metadata", "object").update(metadata)
+        models |= components
     return schema
 
 

@@ -95,7 +95,8 @@ class IndexShard:
 
     def describe(self) -> dict[str, Any]:
         """The shard's manifest and effective nprobe (the ``Api`` reports the first shard's)."""
-        return self.index.manifest | {"nprobe": self.index.nprobe}
+        fields = self.index.indexed_fields
+        return self.index.manifest | {"nprobe": self.index.nprobe, "indexed_fields": fields}
 
     def search(
         self,
@@ -109,6 +110,9 @@ class IndexShard:
 
     def get(self, ext_id: str) -> Document | None:
         return self.index.get(ext_id)
+
+    def count(self, where: dict[str, Any] | None) -> Outcome:
+        return _as_outcome(self.index.count, where)
 
     def __del__(self) -> None:
         index = getattr(self, "index", None)
@@ -143,6 +147,9 @@ class ShardHandle:
 
     def get(self, ext_id: str) -> Document | None:
         return _result(self.handle.get.remote(ext_id), "an index shard")
+
+    def count(self, where: dict[str, Any] | None = None) -> int:
+        return int(unwrap(_result(self.handle.count.remote(where), "an index shard")))
 
 
 def _result(response: Any, what: str) -> Any:

@@ -117,6 +117,16 @@ class ReplicaIndex:
     def get(self, ext_id: str) -> Document | None:
         return self.local.get(ext_id)  # SQLite: current without a refresh
 
+    def count(self, where: dict[str, Any] | None = None) -> int:
+        return self.local.count(where)  # SQLite: current without a refresh
+
+    @property
+    def indexed_fields(self) -> tuple[str, ...]:
+        return self.local.indexed_fields
+
+    def add_field_index(self, field: str) -> bool:
+        return bool(self._forwarded("add_field_index", field))
+
     # -- writes: to the writer; then this replica catches up, so it reads its own writes
     def _forwarded(self, method: str, *args: Any) -> Any:
         result = unwrap(self._write(method, args))

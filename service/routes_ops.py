@@ -9,10 +9,10 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from export.quantize import bundle_widths, int8_widths
-from service.errors import documented, took_ms
+from service.errors import documented, retry_after, shown, took_ms
 from service.routes_embed import served_encodings
 from service.schemas import Health, Info, Ready
-from service.state import State, index_info
+from service.state import State, bundle_path, index_info
 
 router = APIRouter(tags=["operations"])  # always open: probes carry no key
 info_router = APIRouter(tags=["operations"])  # a read key, when keys are set
@@ -25,11 +25,17 @@ async def health(request: Request) -> Health:
     return Health(took_ms=took_ms(request))
 
 
-@router.get("/ready", response_model=Ready, responses={503: {"model": Ready}})
+@router.get(
+    "/ready",
+    response_model=Ready,
+    responses={503: {"model": Ready, "description": "Not ready yet, or stopping.", "headers": retry_after()}},
+)
 async def ready(request: Request, state: State) -> JSONResponse:
     """200 once the bundle (and index) are loaded and warmed up; 503 before that and while shutting down."""
     body = Ready(ready=state.ready, took_ms=took_ms(request))
-    return JSONResponse(body.model_dump(), status_code=200 if state.ready else 503)
+    if state.ready:
+        return JSONResponse(body.model_dump())
+    return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "1"})
 
 
 @metrics_router.get(
@@ -63,7 +69,7 @@ async def info(request: Request, state: State) -> Info:
         int8_widths=int8_widths(getattr(encoder, "manifest", {})),
         max_seq_len=encoder.max_seq_len,
         variant=str(getattr(encoder, "variant", s.variant)),
-        bundle=str(getattr(encoder, "bundle", s.bundle)),
+        bundle=shown(bundle_path(encoder, s)),
         bundle_sha256=state.bundle_sha256,
         index=index,
         limits={
@@ -75,6 +81,12 @@ async def info(request: Request, state: State) -> Info:
             "max_payload_bytes": s.max_payload_bytes,
             "default_top_k": s.default_top_k,
             "max_top_k": s.max_top_k,
+            "max_metadata_depth": s.max_metadata_depth,
+            "max_metadata_keys": s.max_metadata_keys,
+            "max_metadata_key_chars": s.max_metadata_key_chars,
+            "max_metadata_string_chars": s.max_metadata_string_chars,
+            "max_metadata_items": s.max_metadata_items,
+            "max_metadata_bytes": s.max_metadata_bytes,
         },
         versions=state.versions,
         took_ms=took_ms(request),

@@ -6,17 +6,26 @@ routes, so the pydantic models only hold what is true for every deployment.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
+
+from service.filter_schema import Filter
+from service.metadata import returnable
 
 T = TypeVar("T")
 Text = Annotated[str, Field(min_length=1)]
 Texts = Annotated[list[Text], Field(min_length=1)]
-MetaValue = str | int | float | bool | None
 
 
 def _not_null(value: object) -> object:
@@ -32,26 +41,23 @@ def _integral(value: object) -> object:
     return value
 
 
-def _json_text(value: T) -> T:
-    """What is stored and echoed back must survive as strict JSON in UTF-8: Python's parser lets
-    NaN / Infinity and lone surrogates (``"\\ud800"``) through, and SQLite or the response would
-    then fail (a 500) or turn NaN into null."""
-    try:
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except ValueError as exc:  # UnicodeEncodeError is a ValueError too
-        what = "a lone surrogate" if isinstance(exc, UnicodeEncodeError) else "NaN or Infinity"
-        raise ValueError(f"must be strict JSON text, and this holds {what}") from None
-    return value
-
-
 def _finite(values: list[float]) -> list[float]:
     if not all(math.isfinite(v) for v in values):
         raise ValueError("must hold finite numbers (no NaN or Infinity)")
     return values
 
 
+def _returnable(metadata: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    """A stored document's metadata, made safe to serialize; ``id`` is validated before it."""
+    return returnable(str(info.data.get("id")), metadata)
+
+
 Integer = Annotated[int, BeforeValidator(_integral)]
-Metadata = Annotated[dict[str, Any], AfterValidator(_json_text)]
+ReturnedMetadata = Annotated[dict[str, Any], AfterValidator(_returnable)]
+METADATA_HELP = (
+    "Any JSON object, stored and returned as sent. Its limits are this server's settings "
+    "(`/info` lists them under `limits`); a document over one is refused with a 422 that names the place."
+)
 Positive = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 
 
@@ -171,9 +177,7 @@ class SearchRequest(Strict):
         description="pq and binary indexes: candidates rescored exactly (default: the setting, else the "
         "index's); ignored by float32 and sq8 indexes.",
     )
-    filter: Annotated[dict[str, MetaValue], AfterValidator(_json_text)] | None = Field(
-        None, description="Metadata equality filter."
-    )
+    filter: Filter | None = Field(None, description="Only documents that pass this metadata filter.")
     with_text: bool = True
     truncate: bool = False
 
@@ -188,7 +192,7 @@ class SearchResult(BaseModel):
     id: str
     score: float
     text: str | None
-    metadata: dict[str, Any]
+    metadata: ReturnedMetadata
 
 
 class SearchResponse(BaseModel):
@@ -199,7 +203,8 @@ class SearchResponse(BaseModel):
 class DocumentIn(Strict):
     id: Annotated[str, Field(min_length=1, max_length=1024)]
     text: Text
-    metadata: Metadata = Field(default_factory=dict)
+    # Its limits come from settings: the route checks them, the served document states them.
+    metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_HELP)
 
 
 class UpsertRequest(Strict):
@@ -215,7 +220,7 @@ class UpsertResponse(BaseModel):
 class DocumentOut(BaseModel):
     id: str
     text: str
-    metadata: dict[str, Any]
+    metadata: ReturnedMetadata
     took_ms: float
 
 
@@ -241,6 +246,7 @@ class IndexInfo(BaseModel):
     nlist: int
     nprobe: int
     dim: int
+    indexed_fields: list[str] = Field(description="Metadata fields with a payload index (fast filters).")
 
 
 class RetrainRequest(Strict):
@@ -259,7 +265,10 @@ class RetrainResponse(BaseModel):
 
 class SnapshotResponse(BaseModel):
     name: str = Field(description="The snapshot's directory name under the snapshot directory.")
-    path: str
+    path: str = Field(
+        description="`<snapshot directory's name>/<name>`: relative, as no response names a path on the "
+        "server; `distilembed index verify` and `restore` take it under the snapshot directory's parent."
+    )
     created: str
     ntotal: int
     bytes: int = Field(description="Total size of the snapshot's files.")
@@ -281,7 +290,7 @@ class Info(BaseModel):
     )
     max_seq_len: int
     variant: str
-    bundle: str
+    bundle: str = Field(description="The bundle directory's name (no response names a path on the server).")
     bundle_sha256: str | None
     index: IndexInfo | None
     limits: dict[str, int | float]

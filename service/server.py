@@ -1,9 +1,11 @@
 """Run the app under uvicorn: one worker; on SIGTERM or SIGINT readiness turns off at once, uvicorn
 stops accepting, the requests in flight finish (up to ``shutdown_timeout_s``), the lifespan drains
-the encoder queue and checkpoints the index, and a SIGTERM stop exits 0."""
+the encoder queue and checkpoints the index, and a SIGTERM stop exits 0. Connections are timed and
+budgeted by our protocol (service/connections.py), not by uvicorn's ``limit_concurrency``."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 from types import FrameType
@@ -13,11 +15,14 @@ from fastapi import FastAPI
 
 from distilembed.errors import UserError
 from service.app import bundle_sha256, create_app, load_encoder, load_index
+from service.auth import KeyRing
+from service.connections import ConnectionBudget, protocol_for, raise_open_file_limit
 from service.settings import Settings
 from service.state import ServiceState
-from service.write_coalescing import CoalescingHttpToolsProtocol
 
 log = logging.getLogger("distilembed.service")
+
+OWN_FILES = 256  # open files besides the connections: the index, its store, logs, the model
 
 
 class _Server(uvicorn.Server):
@@ -54,16 +59,40 @@ def server_for(app: FastAPI, settings: Settings) -> _Server:
         workers=1,
         log_level=settings.log_level,
         access_log=settings.access_log,
-        limit_concurrency=settings.max_concurrency,
-        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
+        limit_concurrency=None,  # it counts idle connections; our protocol bounds requests instead
         timeout_graceful_shutdown=settings.shutdown_timeout_s,  # type: ignore[arg-type]
         lifespan="on",
-        http=CoalescingHttpToolsProtocol,
+        ws="none",  # no WebSocket routes; an upgraded socket would leave the connection budget
+        http=protocol_for(ConnectionBudget.from_settings(settings)),
     )
     return _Server(config, app.state.service)
 
 
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def warn_if_exposed(settings: Settings) -> None:
+    """One warning when the service listens beyond this machine with every route open."""
+    if is_loopback(settings.host) or KeyRing.from_settings(settings).enabled:
+        return
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    log.warning(
+        "serving on %s:%d with no API key: anyone who can reach this address can read and write; "
+        "set DISTILEMBED_API_KEY (or DISTILEMBED_READ_KEYS / DISTILEMBED_WRITE_KEYS)",
+        host,
+        settings.port,
+    )
+
+
 def run(settings: Settings) -> None:
+    warn_if_exposed(settings)
+    raise_open_file_limit(settings.max_connections + OWN_FILES)
     server = build_server(settings)
     server.run()
     if not server.started:

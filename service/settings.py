@@ -42,6 +42,25 @@ class Settings(BaseSettings):
     )
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill under concurrent load.")
     max_payload_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="Largest request body; more = 413.")
+    # A document's metadata (service/metadata.py); each limit broken is a 422 naming the place.
+    max_metadata_depth: int = Field(
+        8,
+        ge=1,
+        le=64,  # service/metadata.py RETURNABLE_DEPTH: deeper metadata is never returned
+        description="Deepest nesting of a document's metadata: the object is level 1, each object or "
+        "list inside it one more.",
+    )
+    max_metadata_keys: int = Field(256, ge=1, description="Most keys in a metadata, over all its objects.")
+    max_metadata_key_chars: int = Field(256, ge=1, description="Longest metadata key, in characters.")
+    max_metadata_string_chars: int = Field(
+        8192, ge=1, description="Longest string in a metadata, in characters."
+    )
+    max_metadata_items: int = Field(
+        4096, ge=1, description="Most values in a metadata: every key's value and list item, nested too."
+    )
+    max_metadata_bytes: int = Field(
+        65536, ge=2, description="Largest metadata as compact JSON, in UTF-8 bytes."
+    )
     api_key: SecretStr | None = Field(
         None, description="One key that reads and writes (as `Authorization: Bearer` or X-API-Key)."
     )
@@ -64,7 +83,10 @@ class Settings(BaseSettings):
     default_top_k: int = Field(10, ge=1, description="top_k of a search that sets none.")
     max_top_k: int = Field(100, ge=1, description="Largest top_k a search may ask for.")
     max_concurrency: int = Field(
-        256, ge=1, description="Open connections/requests uvicorn serves at once (503 beyond); bounds memory."
+        256,
+        ge=1,
+        description="Requests in flight at once; beyond, a JSON 503 with Retry-After and the connection "
+        "stays open. Bounds the request bodies held in memory (idle connections do not count).",
     )
     keep_alive_s: float = Field(
         75.0,
@@ -72,6 +94,21 @@ class Settings(BaseSettings):
         description="Seconds an idle keep-alive connection stays open. Longer than the idle timeout of "
         "the clients and load balancers in front (60 s is common), so that they close idle connections "
         "first: a server that closes first races a request sent at that instant (a dropped request).",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a client has to send a request line and headers, from the connection's "
+        "opening (or a later request's first byte); then it is closed (a JSON 408 first if it began).",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds a client has to send a body once its headers are in (then 408)."
+    )
+    max_connections: int = Field(
+        4096,
+        ge=1,
+        description="Open connections; a new one beyond closes the one idle longest (none idle: it gets a "
+        "JSON 503 and is closed). The service raises its open-file limit to fit them.",
     )
     access_log: bool = Field(False, description="uvicorn's per-request access log.")
     shutdown_timeout_s: float = Field(10.0, ge=0, description="Graceful shutdown: time to drain requests.")

@@ -54,6 +54,13 @@ class IndexLike(Protocol):
 
     def get(self, ext_id: str) -> Document | None: ...
 
+    def count(self, where: dict[str, Any] | None = None) -> int: ...
+
+    @property
+    def indexed_fields(self) -> tuple[str, ...]: ...
+
+    def add_field_index(self, field: str) -> bool: ...
+
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]: ...
 
     def delete(self, ext_ids: Sequence[str]) -> list[str]: ...
@@ -141,5 +148,10 @@ def bundle_path(encoder: EncoderLike, settings: Settings) -> Path:
 
 def index_info(index: IndexLike) -> IndexInfo:
     return IndexInfo(
-        type=index.kind, ntotal=index.ntotal, nlist=index.nlist, nprobe=index.nprobe, dim=index.dim
+        type=index.kind,
+        ntotal=index.ntotal,
+        nlist=index.nlist,
+        nprobe=index.nprobe,
+        dim=index.dim,
+        indexed_fields=list(index.indexed_fields),
     )

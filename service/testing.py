@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from distilembed.errors import BusyError, UserError
+from index.filters import join_path, matches, split_path
+from index.filters import parse as parse_filter
 from index.live import Hit
 from index.store import Document
 from index.vectors import plan_index
@@ -71,6 +73,7 @@ class FakeIndex:
         self.searches: list[dict[str, Any]] = []
         self.closed = False
         self.busy = False  # True: retrain answers as if another one were running
+        self.indexed_fields: tuple[str, ...] = ()
         self._lock = threading.Lock()
 
     @property
@@ -91,12 +94,9 @@ class FakeIndex:
     ) -> list[list[Hit]]:
         self._check(queries)
         self.searches.append({"k": k, "nprobe": nprobe, "where": where, "rescore_k": rescore_k})
+        node = parse_filter(where)
         with self._lock:
-            docs = [
-                (d, v)
-                for d, v in self.docs.values()
-                if all(d.metadata.get(a) == b for a, b in (where or {}).items())
-            ]
+            docs = [(d, v) for d, v in self.docs.values() if matches(node, d.metadata)]
         out = []
         for query in queries:
             scored = sorted(((float(v @ query), d) for d, v in docs), key=lambda p: -p[0])[:k]
@@ -107,6 +107,18 @@ class FakeIndex:
         with self._lock:
             entry = self.docs.get(ext_id)
         return entry[0] if entry else None
+
+    def count(self, where: dict[str, Any] | None = None) -> int:
+        node = parse_filter(where)
+        with self._lock:
+            return sum(matches(node, d.metadata) for d, _ in self.docs.values())
+
+    def add_field_index(self, field: str) -> bool:
+        """Only the names: every filter is exact here, indexed or not."""
+        field = join_path(split_path(field))
+        created = field not in self.indexed_fields
+        self.indexed_fields = tuple(sorted({*self.indexed_fields, field}))
+        return created
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]:
         self._check(vectors)

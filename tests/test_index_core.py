@@ -118,7 +118,7 @@ def test_store_upsert_replace_delete_and_persist(tmp_path) -> None:
     assert store.get("a") == Document("a", "first, edited", {})
     assert store.get("c").text == "third v2"  # last occurrence in a batch wins
     assert store.count() == 3
-    assert store.delete("b") == ids[1] and store.delete("b") is None
+    assert store.delete_logged(["b"]) == {"b": ids[1]} and store.delete_logged(["b"]) == {}
     store.close()
     reopened = DocumentStore(path)
     assert reopened.count() == 2

@@ -204,7 +204,7 @@ def test_retrain(api, request):
     error(api.post("/index/retrain", json={"storage": "opq"}), 422, "validation_error")
 
 
-def test_snapshot(api, request, tmp_path):
+def test_snapshot(api, request, tmp_path, tmp_path_factory):
     """POST /index/snapshot: on Ray the writer takes it (its lock pins the instant)."""
     from index.snapshot import restore_snapshot
 
@@ -213,8 +213,10 @@ def test_snapshot(api, request, tmp_path):
     assert api.post("/documents", json={"documents": [doc]}).status_code == 200
     r = api.post("/index/snapshot")
     assert r.status_code == 200, r.text
+    # "index-snapshots/<name>": relative to the index's parent, a fixture's temporary directory
+    (snapshot,) = {p.resolve() for p in tmp_path_factory.getbasetemp().glob(f"*/{r.json()['path']}")}
     restored = tmp_path / "restored"
-    restore_snapshot(Path(r.json()["path"]), restored)
+    restore_snapshot(snapshot, restored)
     live = LiveIndex(restored, writable=False)
     try:
         assert live.get(doc_id).text == doc["text"] and live.ntotal == r.json()["ntotal"]
@@ -226,7 +228,7 @@ def test_info_metrics_openapi(api):
     api.post("/v1/embeddings", json={"input": "hello"})
     info = api.get("/info").json()
     assert (info["dim"], info["variant"], info["model"]) == (128, "int8", "default")
-    assert set(info["index"]) == {"type", "ntotal", "nlist", "nprobe", "dim"}
+    assert set(info["index"]) == {"type", "ntotal", "nlist", "nprobe", "dim", "indexed_fields"}
     assert api.get("/ready").json()["ready"] is True and api.get("/health").status_code == 200
     text = api.get("/metrics").text
     for name in (
