@@ -68,6 +68,19 @@ def _join(parts: list[str], op: str) -> str:
     return f"({_join(parts[:mid], op)} {op} {_join(parts[mid:], op)})"
 
 
+def _by_kind(operands: tuple[Any, ...]) -> dict[int, list[Any]]:
+    """The non-null values of an equality or ``$in``, grouped by their type class, as stored."""
+    grouped: dict[int, list[Any]] = {}
+    for value in operands:
+        if value is not None:
+            grouped.setdefault(kind(value) or 0, []).append(int(value) if kind(value) == 1 else value)
+    return grouped
+
+
+def _value_in(values: list[Any]) -> str:
+    return f" AND kind = ? AND value IN ({','.join('?' * len(values))})"
+
+
 class _Compiler:
     def __init__(self, indexed: frozenset[str], per_row: bool) -> None:
         self.indexed = indexed
@@ -103,13 +116,8 @@ class _Compiler:
         terms = []
         if None in operands:  # a null value, or no value at all
             terms.append(f"({self.lookup(field, ' AND kind = 0')} OR NOT {self.lookup(field)})")
-        by_kind: dict[int, list[Any]] = {}
-        for value in operands:
-            if value is not None:
-                by_kind.setdefault(kind(value) or 0, []).append(int(value) if kind(value) == 1 else value)
-        for k, values in by_kind.items():
-            marks = ",".join("?" * len(values))
-            terms.append(self.lookup(field, f" AND kind = ? AND value IN ({marks})", k, *values))
+        for k, values in _by_kind(operands).items():
+            terms.append(self.lookup(field, _value_in(values), k, *values))
         expr = _join(terms, "OR") if terms else "0"
         return f"NOT {expr}" if op in ("$ne", "$nin") else expr
 
@@ -180,13 +188,8 @@ class _SetCompiler:
         if None in operands:
             terms.append(self.values(field, " AND kind = 0"))
             terms.append(self.combine([_ALL, self.values(field)], "EXCEPT"))
-        by_kind: dict[int, list[Any]] = {}
-        for value in operands:
-            if value is not None:
-                by_kind.setdefault(kind(value) or 0, []).append(int(value) if kind(value) == 1 else value)
-        for k, values in by_kind.items():
-            marks = ",".join("?" * len(values))
-            terms.append(self.values(field, f" AND kind = ? AND value IN ({marks})", k, *values))
+        for k, values in _by_kind(operands).items():
+            terms.append(self.values(field, _value_in(values), k, *values))
         matched = self.combine(terms, "UNION") if terms else _ALL + " WHERE 0"
         return self.combine([_ALL, matched], "EXCEPT") if op in ("$ne", "$nin") else matched
 

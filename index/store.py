@@ -13,6 +13,7 @@ import numpy as np
 
 from distilembed.errors import UserError
 from index import filter_sql
+from index.filter_cache import MatchCache
 from index.filters import Node, join_path, split_path
 
 SCHEMA = """
@@ -72,6 +73,8 @@ class DocumentStore:
             self.db.execute(f"PRAGMA {pragma}")
         self.db.executescript(SCHEMA)
         filter_sql.install(self.db)
+        self._commits = 0  # this connection's commits: with data_version, what a cached match set saw
+        self.matches = MatchCache()
         if readonly:
             self.db.execute("PRAGMA query_only=ON")
 
@@ -127,6 +130,7 @@ class DocumentStore:
                         "INSERT INTO changes (int_id, vector) VALUES (?, ?)", (existing[doc.id], blob)
                     )
             self.db.execute("COMMIT")
+            self._commits += 1
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
@@ -166,6 +170,7 @@ class DocumentStore:
                     self._drop_field_values([gone[ext]])
                     self.db.execute("INSERT INTO changes (int_id, vector) VALUES (?, NULL)", (gone[ext],))
             self.db.execute("COMMIT")
+            self._commits += 1
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
@@ -211,6 +216,7 @@ class DocumentStore:
                 ]
                 self.db.executemany(INSERT_FIELD_VALUE, values)
             self.db.execute("COMMIT")
+            self._commits += 1
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
@@ -235,8 +241,30 @@ class DocumentStore:
         sql, params = filter_sql.compile_where(node, fields)
         return f"SELECT int_id FROM docs WHERE {sql}", params
 
+    def _state(self) -> tuple[int, int]:
+        """Moves with every commit: this connection's, or another's (SQLite's ``data_version``)."""
+        return self._commits, int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
+    def known_matches(self, node: Node) -> tuple[int, np.ndarray | None] | None:
+        """(how many documents pass the filter, their ids if kept), if a search since the last
+        write found out (index/filter_cache.py)."""
+        return self.matches.get(node, self._state())
+
+    def known_match_count(self, node: Node) -> int | None:
+        hit = self.known_matches(node)
+        return hit[0] if hit is not None else None
+
     def ids_matching(self, node: Node) -> np.ndarray:
-        """Int ids (int64, ascending) of the documents that pass the filter."""
+        """Int ids (int64, ascending) of the documents that pass the filter (index/filter_cache.py)."""
+        state = self._state()
+        hit = self.matches.get(node, state)
+        if hit is not None and hit[1] is not None:
+            return hit[1]
+        ids = self._find_ids(node)
+        self.matches.put(node, state, ids)
+        return ids
+
+    def _find_ids(self, node: Node) -> np.ndarray:
         sql, params = self._matching_ids_sql(node)
         # one string through the C layer instead of a Python tuple per row
         query = f"SELECT group_concat(int_id) FROM (SELECT DISTINCT int_id FROM ({sql}) ORDER BY int_id)"
@@ -244,6 +272,9 @@ class DocumentStore:
         return np.fromstring(text, dtype=np.int64, sep=",") if text else np.zeros(0, np.int64)
 
     def count_matching(self, node: Node) -> int:
+        known = self.known_match_count(node)
+        if known is not None:
+            return known
         sql, params = self._matching_ids_sql(node)
         return int(self.db.execute(f"SELECT COUNT(DISTINCT int_id) FROM ({sql})", params).fetchone()[0])
 
@@ -273,6 +304,7 @@ class DocumentStore:
                     "WHERE v.int_id IN (SELECT int_id FROM docs)"
                 )
             self.db.execute("COMMIT")
+            self._commits += 1
         finally:
             self.db.execute("DETACH DATABASE source")
         return int(cur.rowcount)

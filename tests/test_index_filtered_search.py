@@ -3,15 +3,17 @@ answers it (post-filter for common filters, pre-filter for rare ones), indexed f
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from index.filtered_search import id_selector
 from index.filters import matches, parse
 from index.live import LiveIndex
-from index.store import Document
+from index.store import Document, DocumentStore
 from tests.test_index_live import make_index, unit
 
 N = 3000
@@ -54,10 +56,10 @@ def test_filtered_search_is_the_exact_top_k_of_the_matches(live, indexed: bool) 
         assert not index.add_field_index("group")
         assert index.indexed_fields == ("group", "rare")
     queries = unit(7, 4)
-    for flt in FILTERS:
+    for flt, again in itertools.product(FILTERS, (False, True)):  # again: its match set is cached
         hits = index.search(queries, 10, nprobe=32, where=flt)  # every list: exact
         for query, row in zip(queries, hits, strict=True):
-            assert [h.id for h in row] == exact_top(vectors, query, flt, 10), flt
+            assert [h.id for h in row] == exact_top(vectors, query, flt, 10), (flt, again)
         assert index.count(flt) == sum(matches(parse(flt), metadata(i)) for i in range(N))
 
 
@@ -92,3 +94,28 @@ def test_the_payload_index_follows_writes(live) -> None:
     assert index.count({"group": 7}) == 0
     rows = index.store.db.execute("SELECT COUNT(*) FROM field_values").fetchone()[0]
     assert rows == N - 1  # one value per document left, none for the deleted one
+
+
+@pytest.mark.parametrize("count", [3, 5000])
+def test_id_selectors_hold_exactly_the_ids(count: int) -> None:
+    ids = np.unique(np.random.default_rng(count).integers(0, 40_000, size=count))
+    selector, _bits = id_selector(ids)
+    members = [i for i in range(40_001) if selector.is_member(i)]
+    assert members == ids.tolist()
+
+
+def test_a_cached_match_set_sees_another_connections_writes(tmp_path: Path) -> None:
+    writer = DocumentStore(tmp_path / "docs.sqlite")
+    writer.add_field_index("lang")
+    writer.upsert([Document("a", "t", {"lang": "en"})])
+    reader = DocumentStore(tmp_path / "docs.sqlite", readonly=True)
+    node = parse({"lang": "en"})
+    first = reader.ids_matching(node).tolist()
+    assert reader.known_match_count(node) == 1
+    writer.upsert([Document("b", "t", {"lang": "en"})])  # another connection: data_version moves
+    assert reader.known_match_count(node) is None
+    assert len(reader.ids_matching(node)) == len(first) + 1
+    writer.delete_logged(["a", "b"])
+    assert reader.count_matching(node) == 0
+    writer.close()
+    reader.close()
