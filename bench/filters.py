@@ -22,13 +22,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from http_harness import free_port, server  # noqa: E402
 from results_doc import markdown_table, rewrite_block, run_info  # noqa: E402
 
 from distilembed.artifacts import atomic_write_json  # noqa: E402
@@ -107,26 +110,73 @@ def measure(index: LiveIndex, queries: np.ndarray, rounds: int) -> dict[str, dic
     }
 
 
-def render(figures: dict[str, dict[str, float]], args: argparse.Namespace) -> str:
+def measure_http(directory: Path, queries: np.ndarray, log: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """The same candidates through ``POST /search`` of ``distilembed serve`` on the same index: by
+    vector (the index's share of a request) and by text (what a user's search costs)."""
+    port = free_port()
+    cmd = [str(ROOT / ".venv" / "bin" / "distilembed"), "serve", "--bundle", str(ROOT / "models" / "default"),
+           "--index", str(directory), "--port", str(port)]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    with server(cmd, f"{base}/ready", log), httpx.Client(base_url=base, timeout=30) as client:
+        for mode in ("vector", "text"):
+            seconds: dict[str, list[float]] = {name: [] for name in CANDIDATES}
+            names = list(CANDIDATES)
+            for q, vector in enumerate(tqdm(queries, desc=f"http {mode}", unit="q")):
+                shift = q % len(names)
+                for name in names[shift:] + names[:shift]:
+                    body: dict[str, Any] = {"top_k": 10, "filter": CANDIDATES[name]}
+                    body |= (
+                        {"vector": vector.tolist()} if mode == "vector" else {"query": TEXTS[q % len(TEXTS)]}
+                    )
+                    start = time.perf_counter()
+                    answer = client.post("/search", json=body)
+                    seconds[name].append(time.perf_counter() - start)
+                    answer.raise_for_status()
+            unfiltered = statistics.median(seconds["no filter"])
+            out[mode] = {
+                name: {"p50_ms": 1000 * statistics.median(t), "ratio": statistics.median(t) / unfiltered}
+                for name, t in seconds.items()
+            }
+    return out
+
+
+TEXTS = ["how do plants grow", "the history of rome", "a kitten naps on the sofa", "rules of chess"]
+
+
+def render(
+    figures: dict[str, dict[str, float]],
+    http: dict[str, dict[str, dict[str, float]]],
+    args: argparse.Namespace,
+) -> str:
     rows = [
         (
             name,
-            f"{f['p50_ms']:.2f}",
+            f"{f['p50_ms']:.2f} / **{f['ratio']:.2f}x**",
             f"{f['p95_ms']:.2f}",
-            f"**{f['ratio']:.2f}x**",
+            *(f"{http[m][name]['p50_ms']:.2f} / **{http[m][name]['ratio']:.2f}x**" for m in http),
             f"{f['first_ms']:.1f}",
             f"{f['mean_hits']:.1f}",
         )
         for name, f in figures.items()
     ]
-    header = ("filter", "p50 ms", "p95 ms", "p50 / unfiltered", "first search after a write, ms", "hits")
-    table = markdown_table(header, rows, "lrrrrr")
+    over_http = tuple(f"`POST /search` by {mode}: p50 ms / ratio" for mode in http)
+    header = (
+        "filter",
+        "in-process p50 ms / ratio",
+        "p95 ms",
+        *over_http,
+        "first search after a write, ms",
+        "hits",
+    )
+    table = markdown_table(header, rows, "l" + "r" * (len(header) - 1))
     command = f"python bench/filters.py --docs {args.docs} --nlist {args.nlist} --queries {args.queries}"
     return (
         f"`{command}`: {args.docs:,} random 128-d vectors, IVF {args.nlist} lists at nprobe 5, one query "
         "a call through `LiveIndex.search` (filter, vector search and document fetch). A filter's match "
         "set is cached until the next write (index/filter_cache.py): the p50 columns are searches with "
-        "it warm, the next column the first search after a write.\n\n" + table
+        "it warm, the next column the first search after a write. Over HTTP: `distilembed serve` on the "
+        "same index, one keep-alive client, by vector and by a short text (the encoder's share).\n\n" + table
     )
 
 
@@ -136,6 +186,7 @@ def main() -> None:
     parser.add_argument("--nlist", type=int, default=1024)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3, help="Timed calls of each candidate per query.")
+    parser.add_argument("--no-http", action="store_true", help="Skip the phase through distilembed serve.")
     parser.add_argument("--dir", type=Path, help="Keep the built index here (reused when it exists).")
     parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "filters.json")
     parser.add_argument("--no-doc", action="store_true", help="Neither docs/results.md nor the JSON.")
@@ -150,7 +201,8 @@ def main() -> None:
             figures = measure(index, queries, args.rounds)
         finally:
             index.close(checkpoint=False)
-    body = render(figures, args)
+        http = {} if args.no_http else measure_http(directory, queries, Path(tmp) / "serve.log")
+    body = render(figures, http, args)
     print(body)
     if not args.no_doc:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from index.store import Document
 
 log = logging.getLogger("distilembed.service")
-WRITES = frozenset({"upsert", "delete", "retrain", "checkpoint", "snapshot"})
+WRITES = frozenset({"upsert", "delete", "retrain", "checkpoint", "snapshot", "add_field_index"})
 # A write's result crosses the process boundary as a value: ("ok", result), or ("busy" | "user",
 # message) for the errors the API maps to 409 and 422; anything else is a bug and raises.
 Outcome = tuple[str, Any]

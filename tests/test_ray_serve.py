@@ -143,6 +143,11 @@ def test_documents_search_get_delete(api, request):
     french = api.post("/search", json={"query": "cat", "filter": {"t": p, "lang": "fr"}, "with_text": False})
     assert [h["id"] for h in french.json()["results"]] == [p + "chat"]
     assert french.json()["results"][0]["text"] is None
+    english = {"filter": {"t": p, "lang": {"$ne": "fr"}}}
+    assert api.post("/index/count", json=english).json()["count"] == 2
+    assert api.post("/index/fields", json={"field": "t"}).status_code == 200  # to the writer
+    assert "t" in api.get("/info").json()["index"]["indexed_fields"]
+    assert api.post("/index/count", json=english).json()["count"] == 2
     vector = api.post("/embed", json={"inputs": docs[0]["text"]}).json()[0]
     by_vector = api.post("/search", json={"vector": [3 * x for x in vector], "top_k": 1, "filter": {"t": p}})
     assert by_vector.json()["results"][0]["id"] == p + "cat"
@@ -333,7 +338,7 @@ def test_sharded_index_on_shard_deployments(ray_base, local_client, tmp_path):
         unsharded = TestClient(create_app(Settings(**LIMITS, index_dir=whole)), raise_server_exceptions=False)
         with unsharded, httpx.Client(base_url=f"{ray_base}/sharded", timeout=60) as sharded:
             for query in (texts[5], texts[77], "a guitar on the table"):
-                for where in (None, {"n": 1}):
+                for where in (None, {"n": 1}, {"$or": [{"n": 0}, {"n": {"$gt": 1}}]}):
                     body = {"query": query, "top_k": 10, "filter": where}
                     want, got = (c.post("/search", json=body) for c in (unsharded, sharded))
                     assert got.status_code == 200, got.text
@@ -341,6 +346,13 @@ def test_sharded_index_on_shard_deployments(ray_base, local_client, tmp_path):
                         [(h["id"], round(h["score"], 5)) for h in r.json()["results"]] for r in (want, got)
                     ]
                     assert pairs[0] == pairs[1] and len(pairs[0]) == 10
+            for where in (None, {"n": {"$ne": 1}}):
+                counts = [
+                    c.post("/index/count", json={"filter": where}).json()["count"]
+                    for c in (unsharded, sharded)
+                ]
+                assert counts[0] == counts[1] == (600 if where is None else 400)
+            error(sharded.post("/index/fields", json={"field": "n"}), 409)
             assert sharded.get("/documents/d77").json()["text"] == texts[77]
             assert sharded.get("/documents/nope").status_code == 404
             info = sharded.get("/info").json()["index"]
