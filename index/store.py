@@ -14,7 +14,7 @@ import numpy as np
 from distilembed.errors import UserError
 from index import filter_sql
 from index.filter_cache import MatchCache
-from index.filters import Node, join_path, split_path
+from index.filters import Node, conditions, join_path, split_path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
@@ -279,9 +279,14 @@ class DocumentStore:
         return int(self.db.execute(f"SELECT COUNT(DISTINCT int_id) FROM ({sql})", params).fetchone()[0])
 
     def which_match(self, node: Node, int_ids: Sequence[int]) -> set[int]:
-        """The ones of ``int_ids`` whose documents pass the filter."""
-        sql, params = self._where(node, per_row=True)
-        query = f"SELECT int_id FROM docs WHERE int_id IN ({IDS_PARAM}) AND {sql}"
+        """The ones of ``int_ids`` whose documents pass the filter. When the payload index covers it,
+        the ids are checked there alone, without a lookup of each document's row."""
+        fields = self.indexed_fields()
+        sql, params = filter_sql.compile_where(node, fields, per_row=True)
+        if all(c.field in fields for c in conditions(node)):
+            query = f"WITH ids(int_id) AS ({IDS_PARAM}) SELECT int_id FROM ids AS docs WHERE {sql}"
+        else:
+            query = f"SELECT int_id FROM docs WHERE int_id IN ({IDS_PARAM}) AND {sql}"
         return {int(r[0]) for r in self.db.execute(query, [json.dumps([int(i) for i in int_ids]), *params])}
 
     def count(self) -> int:
