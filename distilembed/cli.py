@@ -8,11 +8,22 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
 from distilembed.errors import UserError
+
+# The top-level modules each extra of pyproject.toml installs beyond the core install.
+MODULES_OF_EXTRA = {
+    "train": "torch transformers sentence_transformers sklearn scipy nltk matplotlib datasets",
+    "export": "onnx",
+    "serve": "fastapi uvicorn onnxruntime tokenizers faiss pydantic_settings prometheus_client orjson",
+    "ray": "ray pyarrow",
+}
+EXTRA_OF_MODULE = {module: extra for extra, names in MODULES_OF_EXTRA.items() for module in names.split()}
+# A command whose own extra includes the others it needs is named by it: one install fixes it.
+COMMAND_EXTRA_COVERS = {"export": ("train", "serve", "export")}
 
 app = typer.Typer(
     name="distilembed",
@@ -45,8 +56,12 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except UserError as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        sys.exit(2)
+        _fail(str(exc))
+    except ModuleNotFoundError as exc:  # e.g. `train` after the serving-only install
+        hint = missing_extra(exc, sys.argv[1:])
+        if hint is None:
+            raise
+        _fail(hint)
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         sys.exit(130)
@@ -60,6 +75,43 @@ def main() -> None:
         if isinstance(exc, exits):
             sys.exit(exc.exit_code)
         raise
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    sys.exit(2)
+
+
+def missing_extra(exc: ModuleNotFoundError, args: list[str]) -> str | None:
+    """One line naming the extra that installs the module a command missed, or None for a module no
+    extra installs (a real error). Stage modules import their stack inside the command, so every
+    command's missing module ends here, whichever import reached it first."""
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(module)
+    if extra is None:
+        return None
+    words = _command_words(args)
+    if words and extra in COMMAND_EXTRA_COVERS.get(words[0], ()):
+        extra = words[0]
+    command = " ".join(["distilembed", *words])
+    return (
+        f"{command} needs the '{extra}' extra ({module} is not installed): pip install 'distilembed[{extra}]'"
+    )
+
+
+def _command_words(args: list[str]) -> list[str]:
+    """The words of ``args`` that name the (sub)command run, e.g. ``["index", "build"]``."""
+    words: list[str] = []
+    group: typer.Typer | None = app
+    for arg in args:
+        if group is None:
+            break
+        groups = {info.name: info.typer_instance for info in group.registered_groups}
+        if arg not in groups and arg not in {info.name for info in group.registered_commands}:
+            break
+        words.append(arg)
+        group = groups.get(arg)
+    return words
 
 
 def _click_exception_modules() -> list[Any]:

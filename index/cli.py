@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from distilembed.errors import UserError
 
@@ -51,8 +52,8 @@ def build_command(
     on_disk: Annotated[
         bool, Opt(help="Keep the IVF lists in a memory-mapped file (indexes bigger than RAM).")
     ] = False,
-    engine: Annotated[
-        str, Opt(help="local (this process) or ray (a Ray cluster; the [ray] extra).")
+    engine: Annotated[  # escaped: the help is rich markup, where a bare [ray] is a style tag and vanishes
+        str, Opt(help=f"local (this process) or ray (a Ray cluster; the {escape('[ray]')} extra).")
     ] = "local",
     ray_address: Annotated[
         str | None, Opt(envvar="RAY_ADDRESS", help="Ray cluster to use (default: start one on this machine).")

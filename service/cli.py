@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 Opt = typer.Option
+# escaped: the help is rich markup, where a bare [ray] is a style tag and vanishes
+ENGINE_HELP = f"local (uvicorn here) | ray (Ray Serve, the {escape('[ray]')} extra) (env DISTILEMBED_ENGINE)."
 
 
 def serve_command(
@@ -41,9 +44,7 @@ def serve_command(
     nprobe: Annotated[int | None, Opt(help="Default IVF nprobe (env DISTILEMBED_NPROBE).")] = None,
     log_level: Annotated[str | None, Opt(help="critical|error|warning|info|debug.")] = None,
     access_log: Annotated[bool | None, Opt("--access-log/--no-access-log", help="Log every request.")] = None,
-    engine: Annotated[
-        str | None, Opt(help="local (uvicorn here) | ray (Ray Serve) (env DISTILEMBED_ENGINE).")
-    ] = None,
+    engine: Annotated[str | None, Opt(help=ENGINE_HELP)] = None,
     replicas: Annotated[
         int | None, Opt(help="Ray: API replicas (env DISTILEMBED_REPLICAS; default 1).")
     ] = None,

@@ -5,9 +5,11 @@ budgeted by our protocol (service/connections.py), not by uvicorn's ``limit_conc
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import signal
+import socket
 from types import FrameType
 
 import uvicorn
@@ -90,7 +92,29 @@ def warn_if_exposed(settings: Settings) -> None:
     )
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Bind ``host:port`` as uvicorn will (each address it resolves to, ``SO_REUSEADDR``, IPv6 only
+    on IPv6), then let go: a busy port is one line in a second, not an error after the model has
+    loaded and ``ready`` was logged. A server that takes the port in between still fails, later."""
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in addresses:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
+    except OSError as exc:
+        where = f"port {port} on {host}"
+        if exc.errno == errno.EADDRINUSE:
+            raise UserError(
+                f"{where} is in use: stop what holds it, or pass --port / DISTILEMBED_PORT"
+            ) from None
+        raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+
+
 def run(settings: Settings) -> None:
+    check_port_free(settings.host, settings.port)
     warn_if_exposed(settings)
     raise_open_file_limit(settings.max_connections + OWN_FILES)
     server = build_server(settings)

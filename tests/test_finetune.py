@@ -138,6 +138,7 @@ def test_bad_settings_are_user_errors(
         finetune_checkpoint(
             source, tmp_path / "x", {**SETTINGS, **settings}, loss=loss, data_dir=str(nli_data)
         )
+    assert not (tmp_path / "x.partial").exists()  # nothing to resume: the corrected command just runs
 
 
 def test_cli_names_a_bundle_in_one_line(tiny_bundle: Path, tmp_path: Path, run_cli) -> None:

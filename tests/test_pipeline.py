@@ -12,7 +12,7 @@ from sentence_transformers import SentenceTransformer
 
 from distilembed.errors import UserError
 from training.config import PRESETS, make_config
-from training.pipeline import run_training
+from training.pipeline import run_training, started_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,6 +85,25 @@ def test_unfinished_run_needs_resume(tiny_teacher, tiny_bert, tiny_data, tmp_pat
     assert manifest["training"]["steps"] == 2
 
 
+def test_only_a_run_with_a_snapshot_leaves_its_partial(tmp_path) -> None:
+    """A failure before the first snapshot removes the work directory the run made (the corrected
+    command then needs no --resume); one after it keeps it to resume; a resumed run keeps its own."""
+    cfg, out = make_config(None, {}), tmp_path / "run"
+    partial = out.with_name("run.partial")
+    with pytest.raises(UserError), started_run(cfg, out, resume=False, overwrite=False):
+        raise UserError("corpus is empty")
+    assert not partial.exists()
+    with pytest.raises(KeyboardInterrupt), started_run(cfg, out, resume=False, overwrite=False) as work:
+        (work / "finetune" / "state").mkdir(parents=True)  # a later stage's snapshot counts too
+        (work / "finetune" / "state" / "loop.json").write_text("{}")
+        raise KeyboardInterrupt
+    assert (partial / "finetune" / "state" / "loop.json").is_file()
+    (partial / "finetune" / "state" / "loop.json").unlink()
+    with pytest.raises(UserError), started_run(cfg, out, resume=True, overwrite=False):
+        raise UserError("a resumed run failing")
+    assert partial.is_dir()
+
+
 def test_too_few_sentences_for_the_pca_is_a_user_error(tiny_teacher, tiny_bert, tiny_data, tmp_path) -> None:
     cfg = _cfg(tiny_teacher, tiny_bert, n_sentences=8, pca_sample=8)
     with pytest.raises(UserError, match="more than --dim 8 sentences"):
@@ -149,7 +168,7 @@ def test_cli_bad_input_is_one_line(
     result = run_cli(*base, *args, env={"DISTILEMBED_DATA_DIR": str(tiny_data)})
     assert result.returncode == 2, result.stderr
     _one_error_line(result.stderr, message)
-    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
 
 
 def test_congen_ens_hpd_preset_whiten_and_finetune_are_the_default_models_recipe() -> None:

@@ -394,8 +394,9 @@ def finetune_command(
 def register(app: typer.Typer) -> None:
     from training.eval_cli import eval_command
     from training.rotate_cli import rotate_command
+    from training.train_help import PresetDefaultsCommand
 
-    app.command("train")(train_command)
+    app.command("train", cls=PresetDefaultsCommand)(train_command)
     app.command("eval")(eval_command)
     app.command("targets")(targets_command)
     app.command("average")(average_command)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distilembed.errors import UserError
-from training.losses.matryoshka import Widths
+
+if TYPE_CHECKING:  # it imports torch; every command line reads this module (train's help shows its defaults)
+    from training.losses.matryoshka import Widths
 
 STUDENT_ARCHS = ("transformer", "simtde")
 HEADS = ("linear", "mlp")
@@ -160,6 +162,8 @@ class TrainConfig:
 
     def widths(self) -> Widths:
         """The trained widths and their weights (just ``dim`` without ``--matryoshka``)."""
+        from training.losses.matryoshka import Widths
+
         try:
             return Widths.parse(self.matryoshka, self.matryoshka_weights, self.dim)
         except ValueError as error:

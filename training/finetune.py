@@ -24,7 +24,7 @@ from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
 from training.data.sts import load_stsb_split
-from training.pipeline import StageClock, dev_scorer, final_scores, run_stages, stage_report, start_run
+from training.pipeline import StageClock, dev_scorer, final_scores, run_stages, stage_report, started_run
 from training.trainer import remove_workdir, resolve_device
 
 FINETUNE_FIELDS = (
@@ -101,15 +101,14 @@ def finetune_checkpoint(
             )
     cfg = replace(base, **overrides, exclude_text=excluded).validate()
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
-    workdir = start_run(cfg, out, resume, overwrite)
     clock, device, widths = StageClock(), resolve_device(cfg.device), cfg.widths()
-    with clock.stage("data"):
-        student = SentenceTransformer(str(source), device=device)
-        stage = nli_finetune_stage(cfg, student, data_dir, with_hsic=loss == "ibkd")
-        dev_pairs = load_stsb_split(sts_dir, "dev")
-    done = run_stages(
-        [stage], student, workdir=workdir, dev_score=dev_scorer(dev_pairs, widths), clock=clock, resume=resume
-    )
+    with started_run(cfg, out, resume, overwrite) as workdir:
+        with clock.stage("data"):
+            student = SentenceTransformer(str(source), device=device)
+            stage = nli_finetune_stage(cfg, student, data_dir, with_hsic=loss == "ibkd")
+            dev_pairs = load_stsb_split(sts_dir, "dev")
+        dev_score = dev_scorer(dev_pairs, widths)
+        done = run_stages([stage], student, workdir=workdir, dev_score=dev_score, clock=clock, resume=resume)
     _, trainer, state = done[0]
     with clock.stage("evaluate"):
         _, sts, matryoshka = final_scores(trainer.best_dir, device, sts_dir, widths)

@@ -90,12 +90,23 @@ def prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> 
     return workdir
 
 
-def start_run(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Path:
+@contextmanager
+def started_run(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Iterator[Path]:
     """The run's work directory (:func:`prepare_dirs`), with torch seeded by ``cfg.seed``: the
-    student's new layers and dropout then repeat from one run of a command to the next."""
+    student's new layers and dropout then repeat from one run of a command to the next.
+
+    A failure inside the block before the first snapshot (``state/loop.json``, what ``--resume``
+    continues from) removes a work directory this call made: the corrected command then needs no
+    ``--resume`` or manual delete, and loses nothing (teacher targets are cached outside it)."""
+    made = not out.with_name(out.name + ".partial").exists()
     workdir = prepare_dirs(cfg, out, resume, overwrite)
     torch.manual_seed(cfg.seed)
-    return workdir
+    try:
+        yield workdir
+    except BaseException:
+        if made and not any(workdir.rglob("state/loop.json")):
+            remove_workdir(workdir)
+        raise
 
 
 def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:
@@ -269,61 +280,66 @@ def run_training(
     corpus_path = resolve_data_path(cfg.corpus, data_dir)
     sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
     _check_models(cfg)
-    workdir = start_run(cfg, out, resume, overwrite)
-
-    with clock.stage("data"):
-        text = training_text(cfg, data_dir)
-        texts, pca_texts = text.corpus, text.pca_fit
-        dev_pairs = load_stsb_split(sts_dir, "dev")
-    with clock.stage("student"):
-        student = build_method_student(cfg, texts, device)
-        teacher = build_teacher(
-            cfg.teacher,
-            cfg.ensemble_teachers,
-            device=device,
-            batch_size=cfg.teacher_batch_size,
-            backend=cfg.teacher_backend,
-        )
-    with clock.stage("augment"):
-        extra_sets = augmented_sets(texts, cfg) + text.more_sets()
-    with clock.stage("teacher_targets"):
-        base, base_info = teacher.targets(texts)
-        pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
-        aug_targets = [pca_fit_targets if s == pca_texts else teacher.targets(s)[0] for s in extra_sets]
-    if len(pca_fit_targets) <= cfg.dim:
+    if not corpus_path.is_file():
         raise UserError(
-            f"the PCA needs more than --dim {cfg.dim} sentences to fit on; it has {len(pca_fit_targets)} "
-            "(raise --n-sentences or --pca-sample, or fit it on --pca-fit sts/stsbenchmark/sts-train.csv)"
+            f"corpus not found: {corpus_path} (pass --corpus or --data-dir, or set DISTILEMBED_DATA_DIR)"
         )
-    with clock.stage("pca"):
-        pca, reduction = fit_targets(cfg, pca_fit_targets, base if pca_texts else None, teacher, sts_dir)
-        all_texts = texts + [t for s in extra_sets for t in s]
-        targets = torch.from_numpy(
-            np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])
-        )
-        scale = pca.scale if pca.scale is not None else np.ones(len(pca.components), np.float32)
-        np.savez(workdir / "pca.npz", mean=pca.mean, components=pca.components, scale=scale)
-    with clock.stage("teacher_reference"):
-        reference = _teacher_reference(teacher, pca, sts_dir)
-        log.info("teacher reference: %s", reference)
-    with clock.stage("projection_init"):
-        projection = _warm_start_projection(cfg, student, all_texts, targets, workdir=workdir, resume=resume)
-    with clock.stage("method_setup"):
-        inputs = MethodInputs(
-            cfg, student, teacher, all_texts, [base, *aug_targets], pca, targets, device, data_dir
-        )
-        stages = method_stages(inputs)
+    dev_pairs = load_stsb_split(sts_dir, "dev")
+    with started_run(cfg, out, resume, overwrite) as workdir:
+        with clock.stage("data"):
+            text = training_text(cfg, data_dir)
+            texts, pca_texts = text.corpus, text.pca_fit
+        with clock.stage("student"):
+            student = build_method_student(cfg, texts, device)
+            teacher = build_teacher(
+                cfg.teacher,
+                cfg.ensemble_teachers,
+                device=device,
+                batch_size=cfg.teacher_batch_size,
+                backend=cfg.teacher_backend,
+            )
+        with clock.stage("augment"):
+            extra_sets = augmented_sets(texts, cfg) + text.more_sets()
+        with clock.stage("teacher_targets"):
+            base, base_info = teacher.targets(texts)
+            pca_fit_targets = teacher.targets(pca_texts)[0] if pca_texts else base[: cfg.pca_sample]
+            aug_targets = [pca_fit_targets if s == pca_texts else teacher.targets(s)[0] for s in extra_sets]
+        if len(pca_fit_targets) <= cfg.dim:
+            raise UserError(
+                f"the PCA needs more than --dim {cfg.dim} sentences to fit on; it has {len(pca_fit_targets)} "
+                "(raise --n-sentences or --pca-sample, or fit it on --pca-fit sts/stsbenchmark/sts-train.csv)"
+            )
+        with clock.stage("pca"):
+            pca, reduction = fit_targets(cfg, pca_fit_targets, base if pca_texts else None, teacher, sts_dir)
+            all_texts = texts + [t for s in extra_sets for t in s]
+            targets = torch.from_numpy(
+                np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])
+            )
+            scale = pca.scale if pca.scale is not None else np.ones(len(pca.components), np.float32)
+            np.savez(workdir / "pca.npz", mean=pca.mean, components=pca.components, scale=scale)
+        with clock.stage("teacher_reference"):
+            reference = _teacher_reference(teacher, pca, sts_dir)
+            log.info("teacher reference: %s", reference)
+        with clock.stage("projection_init"):
+            projection = _warm_start_projection(
+                cfg, student, all_texts, targets, workdir=workdir, resume=resume
+            )
+        with clock.stage("method_setup"):
+            inputs = MethodInputs(
+                cfg, student, teacher, all_texts, [base, *aug_targets], pca, targets, device, data_dir
+            )
+            stages = method_stages(inputs)
 
-    widths = cfg.widths()
-    done = run_stages(
-        stages,
-        student,
-        workdir=workdir,
-        dev_score=dev_scorer(dev_pairs, widths),
-        clock=clock,
-        resume=resume,
-        snapshot_dir=_snapshot_dir(cfg, out, resume),
-    )
+        widths = cfg.widths()
+        done = run_stages(
+            stages,
+            student,
+            workdir=workdir,
+            dev_score=dev_scorer(dev_pairs, widths),
+            clock=clock,
+            resume=resume,
+            snapshot_dir=_snapshot_dir(cfg, out, resume),
+        )
     _, trainer, state = done[-1]
     with clock.stage("evaluate"):
         best, sts, matryoshka = final_scores(trainer.best_dir, device, sts_dir, widths)

@@ -95,7 +95,8 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_]")
 
 
 def resolve_model(name_or_path: str) -> str:
-    """Return a local folder for ``name_or_path`` or, for an unknown name, the hub id itself."""
+    """Return a local folder for ``name_or_path`` or, for an unknown name, the hub id itself: an
+    ``owner/name`` whose owner is not a folder here (anything else is a path, checked at once)."""
     path = Path(name_or_path).expanduser()
     if path.exists():
         if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
@@ -109,7 +110,11 @@ def resolve_model(name_or_path: str) -> str:
     if short in {_MINILM, _MPNET}:
         return name_or_path if "/" in name_or_path else f"sentence-transformers/{name_or_path}"
     if _HUB_ID.fullmatch(name_or_path):
-        return name_or_path
+        owner = name_or_path.split("/", 1)[0]
+        if not Path(owner).is_dir():
+            return name_or_path
+        # runs/student with a folder runs/ here is a mistyped path: fail now, not after ~90 s of hub retries
+        raise UserError(f"model not found: {name_or_path!r} is not a folder ({owner}/ is a local folder)")
     raise UserError(
         f"model not found: {name_or_path!r} is not a folder, a packaged teacher "
         f"(all-MiniLM-L6-v2, all-mpnet-base-v2) or a hub id (owner/name)"
