@@ -40,7 +40,7 @@ from training.evaluation import evaluate_model_pairs
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.models import Dense
+    from sentence_transformers.sentence_transformer.modules import Dense
 
 
 BODY_SUFFIX = " (body)"
@@ -48,7 +48,7 @@ BODY_SUFFIX = " (body)"
 
 def dense_head(model: SentenceTransformer) -> Dense:
     """``model``'s first Dense layer: the head that reads its pooled encoder output."""
-    from sentence_transformers import models
+    from training.student import models  # sentence-transformers' modules, under either path
 
     head = next((module for module in model if isinstance(module, models.Dense)), None)
     if head is None:

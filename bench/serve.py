@@ -17,7 +17,9 @@ killed with SIGKILL, restarted on the same index, and every document it held is 
     python bench/serve.py --bundle models/default --index runs/index --load --name default
 
 Each run rewrites its block of docs/results.md (``serve``, or ``serve-load`` with --load; --no-doc:
-not); ``--render-from JSON`` rewrites it from an earlier run's JSON, measuring nothing.
+not); ``--render-from JSON`` rewrites it from an earlier run's JSON, measuring nothing. JSON goes to
+--json (default bench/results/serve-NAME.json, or serve-NAME-load.json; with --no-doc nowhere unless
+--json says).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ import wrk_client  # noqa: E402
 from http_harness import Phase, Request, closed_loop, free_port, rss_bytes, server  # noqa: E402
 from results_doc import add_doc_args, publish, publish_saved, run_info  # noqa: E402
 from serve_report import block_name, render, report  # noqa: E402
+
+RESULTS_DIR = ROOT / "bench" / "results"
 
 
 def sts_sentences(path: Path) -> list[str]:
@@ -253,8 +257,7 @@ def stored_documents(base: str, ids: list[str]) -> dict[str, str]:
     return found
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=ROOT / "models" / "default")
     parser.add_argument("--variant", default="int8")
@@ -283,14 +286,28 @@ def main(argv: list[str] | None = None) -> None:
     )
     data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
     parser.add_argument("--sts-file", type=Path, default=data / "sts" / "stsbenchmark" / "sts-test.csv")
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--json", type=Path, help="results JSON (default bench/results/serve-NAME[-load].json)"
+    )
     add_doc_args(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def json_path(args: argparse.Namespace) -> Path | None:
+    """Where the results JSON goes: --json, else (unless --no-doc) bench/results/serve-NAME[-load].json."""
+    if args.json or args.no_doc:
+        return args.json
+    name = args.name or args.bundle.resolve().name
+    return RESULTS_DIR / f"serve-{name}{'-load' if args.load else ''}.json"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     if publish_saved(args, block_name, render):
         return
     args.duration = args.duration or (120.0 if args.load else 20.0)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
-    name = args.name or args.bundle.resolve().name
     args.log_dir = Path(tempfile.mkdtemp(prefix="bench-serve-logs-"))
     sentences = sts_sentences(args.sts_file)
     results: dict[str, Any] = {
@@ -305,11 +322,13 @@ def main(argv: list[str] | None = None) -> None:
     (load if args.load else standard)(args, sentences, results)
     results["run"] = run_info("bench/serve.py", argv)
     report(results)
-    out = args.out_dir / f"serve-{name}{'-load' if args.load else ''}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out} (server logs in {args.log_dir})")
-    publish(args, results, out, block_name(results), render)
+    print(f"server logs in {args.log_dir}")
+    out = json_path(args)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {out}")
+        publish(args, results, out, block_name(results), render)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""Index a folder of text files and search it, in this process (no service): one document per
-paragraph (blank-line separated), id ``relative/path.txt#n``, the file's path as metadata.
+r"""Index a folder of text files and search it, in this process (no service): one document per
+paragraph (blank-line separated), id ``relative/path.txt#n``, the file's path as metadata. --pattern
+chooses the files (default ``**/*.txt``); this repository's guides are markdown:
 
-    python examples/index_folder.py --folder docs --out runs/docs-index --query "how do I shard an index"
+    python examples/index_folder.py --folder docs --pattern '*.md' --out runs/docs-index \
+        --query "how do I shard an index"
 
 A second run with the same --out searches the index it built; pass --rebuild after the files change.
 """
@@ -33,7 +35,7 @@ def index_folder(folder: Path, out: Path, bundle: Path, pattern: str = "**/*.txt
     """Build the index at ``out`` (replacing it); returns the number of paragraphs indexed."""
     rows = paragraphs(folder, pattern)
     if not rows:
-        raise SystemExit(f"error: no non-empty {pattern} under {folder}")
+        raise SystemExit(f"error: no non-empty {pattern} under {folder} (--pattern chooses the files)")
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "paragraphs.jsonl"
         corpus.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")

@@ -39,7 +39,9 @@ def test_one_list_ivf_is_exact_search(tiny_teacher: Path) -> None:
 
 
 def test_body_scores_the_input_of_the_dense_head(tiny_dense_student: Path) -> None:
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+
+    from training.student import models  # sentence-transformers' modules, under either path
 
     model = SentenceTransformer(str(tiny_dense_student), device="cpu")
     body = without_head(model)

@@ -52,7 +52,9 @@ def test_project_gives_unit_rows() -> None:
 
 
 def test_saved_refit_computes_with_the_new_head(tiny_dense_student: Path, tmp_path: Path) -> None:
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+
+    from training.student import models  # sentence-transformers' modules, under either path
 
     source = tmp_path / "source"
     shutil.copytree(tiny_dense_student, source)

@@ -4,6 +4,10 @@ in-process (a folder of text files indexed and searched)."""
 from __future__ import annotations
 
 import math
+import os
+import re
+import shlex
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,3 +68,31 @@ def test_index_folder_finds_the_paragraph(tmp_path: Path) -> None:
     assert index_folder(folder, tmp_path / "idx", BUNDLE) == 4
     hits = search(tmp_path / "idx", "my kitten naps during the day", k=2)
     assert hits[0].id == "pets/cats.txt#0" and hits[0].metadata == {"file": "pets/cats.txt"}
+
+
+def test_index_folder_runs_as_its_docstring_shows(tmp_path: Path) -> None:
+    """The command in index_folder.py's docstring, as written, from a directory holding this checkout's
+    docs/, examples/ and models/ (its runs/ lands there); a second run searches without rebuilding."""
+    import index_folder
+
+    usage = index_folder.__doc__.split("\n\n")[1].replace("\\\n", " ")
+    argv = shlex.split(usage)
+    assert argv[:2] == ["python", "examples/index_folder.py"]
+    for name in ("docs", "examples", "models"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, *argv[1:]]
+        done = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    first = run()
+    assert re.match(r"indexed [1-9]\d* paragraphs\n", first.stdout)
+    hits = re.findall(r"^\d\.\d{3}  \S+\.md#\d+  ", first.stdout, flags=re.MULTILINE)
+    assert len(hits) == 5 and "shard" in first.stdout.lower()
+    assert (tmp_path / "runs" / "docs-index" / "manifest.json").is_file()
+    assert run().stdout == first.stdout.split("\n", 1)[1]  # the same hits, nothing indexed

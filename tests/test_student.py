@@ -3,6 +3,7 @@ import torch
 
 from distilembed.errors import UserError
 from training.student import build_student, projected_embeddings, spread_layers
+from training.teachers import embedding_dimension
 
 
 def test_spread_layers_keeps_last() -> None:
@@ -36,7 +37,7 @@ def test_kept_layer_is_the_original_last(tiny_bert) -> None:
 def test_dim_must_not_exceed_hidden(tiny_bert) -> None:
     with pytest.raises(UserError, match="at most the student's hidden size 32"):
         build_student(str(tiny_bert), dim=33)
-    assert build_student(str(tiny_bert), dim=32).get_sentence_embedding_dimension() == 32
+    assert embedding_dimension(build_student(str(tiny_bert), dim=32)) == 32
 
 
 def test_unknown_student() -> None:
