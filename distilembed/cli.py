@@ -6,6 +6,7 @@ imports torch.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from typing import Any, NoReturn
@@ -52,6 +53,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "urllib3", "filelock", "huggingface_hub", "faiss.loader"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(LibraryInfo("onnx", "onnxruntime", "optimum"))
     _register()
     try:
         app(standalone_mode=False)
@@ -75,6 +78,24 @@ def main() -> None:
         if isinstance(exc, exits):
             sys.exit(exc.exit_code)
         raise
+
+
+class LibraryInfo(logging.Filter):
+    """Drops INFO and below logged from inside these packages. onnxruntime's graph optimiser logs
+    through loggers named after its bare module names (``fusion_base``, ``onnx_model``: about 65 of
+    them), so setting levels by logger name cannot reach them; their file paths can."""
+
+    def __init__(self, *packages: str) -> None:
+        super().__init__()
+        self.dirs = tuple(
+            location
+            for name in packages
+            if (spec := importlib.util.find_spec(name)) is not None and spec.submodule_search_locations
+            for location in spec.submodule_search_locations
+        )  # find_spec imports nothing: `serve` stays torch-free
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or not record.pathname.startswith(self.dirs)
 
 
 def _fail(message: str) -> NoReturn:

@@ -243,3 +243,21 @@ def test_help_shows_train_defaults_and_the_ray_extra(run_cli) -> None:
     assert "[default: (amp)]" in next(line for line in train if "--amp " in line)
     for command in (["index", "build"], ["serve"]):
         assert "the [ray] extra" in run_cli(*command, "--help", env=wide).stdout
+
+
+def test_onnx_libraries_info_lines_are_dropped_but_their_warnings_and_ours_kept() -> None:
+    import logging
+
+    import onnxruntime
+
+    from distilembed.cli import LibraryInfo
+
+    drop = LibraryInfo("onnx", "onnxruntime")
+    inside = str(Path(onnxruntime.__file__).parent / "transformers" / "fusion_base.py")
+
+    def record(level: int, path: str) -> logging.LogRecord:
+        return logging.LogRecord("fusion_base", level, path, 1, "fused", None, None)
+
+    assert not drop.filter(record(logging.INFO, inside))
+    assert drop.filter(record(logging.WARNING, inside))
+    assert drop.filter(record(logging.INFO, __file__))
