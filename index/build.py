@@ -12,7 +12,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,11 @@ from distilembed.artifacts import (
 from distilembed.errors import UserError
 from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, bundle_identity, verify_bundle
 from index.assemble import assemble, save_shard, shard_path
-from index.corpus import CorpusSpec, CorpusStats, iter_documents
+from index.build_config import ENGINES, BuildConfig
+from index.corpus import CorpusSpec, CorpusStats
 from index.integrity import with_files
 from index.live import INDEX_FILE, STORE_FILE, writer_lock_held
-from index.rescore import DEFAULT_RESCORE_K
-from index.splits import LINES_PER_SPLIT, CorpusPlan, Split, iter_split_documents, plan_corpus
+from index.splits import CorpusPlan, Split, iter_documents, iter_split_documents, plan_corpus
 from index.store import Document, DocumentStore
 from index.vectors import (
     RESCORED,
@@ -46,30 +46,6 @@ from index.vectors import (
 )
 
 log = logging.getLogger(__name__)
-
-
-ENGINES = ("local", "ray")
-
-
-@dataclass(frozen=True)
-class BuildConfig:
-    bundle: str
-    out: str
-    variant: str = "int8"
-    nlist: int = 1024
-    nprobe: int | None = None  # default: 5, or 8 for pq and binary lists (vectors.default_nprobe)
-    storage: str = "float32"
-    pq_m: int | None = None  # pq storage: codes per vector (default: one per 8 dimensions)
-    pq_bits: int = 8  # pq storage: bits per code
-    rescore_k: int = DEFAULT_RESCORE_K  # pq and binary storage: candidates rescored exactly
-    flat_below: int = 10_000
-    shard_size: int = LINES_PER_SPLIT  # corpus lines per split: encoded in one call, checkpointed
-    batch_size: int = 64
-    threads: int | None = None  # onnxruntime threads (ray: per actor)
-    engine: str = "local"
-    on_disk: bool = False  # IVF lists in a memory-mapped .ivfdata file
-    ray_address: str | None = None  # None: RAY_ADDRESS, else a local cluster
-    actors: int | None = None  # ray: encoder actors (default: cluster CPUs / threads per actor)
 
 
 def read_corpus(spec: CorpusSpec) -> tuple[list[Document], CorpusStats, int]:

@@ -4,7 +4,8 @@ Bad rows (non-UTF-8 bytes, missing fields) are skipped and counted.
 
 Delimited files are read one physical line per row (so a bad line costs one row and keeps its line
 number); quoted fields must not contain newlines. How a corpus is cut into splits that both build
-engines encode alike is in ``index/splits.py``.
+engines encode alike, and ``iter_documents`` (every document, split by split), are in
+``index/splits.py``, which builds on this module.
 """
 
 from __future__ import annotations
@@ -248,13 +249,8 @@ def _delimited(  # noqa: PLR0917
             yield doc
 
 
-def iter_documents(spec: CorpusSpec, stats: CorpusStats | None = None) -> Iterator[Document]:
-    """Every document of the corpus in file order (split by split, as ``index build`` reads it)."""
-    from index.splits import iter_split_documents, plan_corpus
-
-    stats = stats if stats is not None else CorpusStats()
-    for _, docs in iter_split_documents(spec, plan_corpus(spec), stats):
-        yield from docs
+def warn_skipped_total(spec: CorpusSpec, stats: CorpusStats) -> None:
+    """After a whole corpus: one line for the skipped rows beyond the first few warned of."""
     if stats.skipped > MAX_WARNINGS:
         log.warning(
             "%s: %d rows skipped in all (lines %s...)", spec.path, stats.skipped, stats.skipped_lines[:10]

@@ -27,7 +27,7 @@ from index.rescore import top_k
 from index.vectors import is_ivf, search
 
 if TYPE_CHECKING:
-    from index.live import LiveIndex
+    from index.live_state import LiveState
 
 OVERFETCH = 10
 PRE_FILTER_SHARE = 0.05  # a filter known to pass fewer documents than this goes straight to step 2
@@ -35,7 +35,7 @@ BITMAP_FROM = 1024
 
 
 def vector_search(
-    live: LiveIndex,
+    live: LiveState,
     queries: np.ndarray,
     k: int,
     nprobe: int,
@@ -69,14 +69,14 @@ def id_selector(ids: np.ndarray) -> tuple[faiss.IDSelector, np.ndarray | None]:
 
 
 def filtered_search(
-    live: LiveIndex, queries: np.ndarray, k: int, nprobe: int, node: Node, *, rescore_k: int | None = None
+    live: LiveState, queries: np.ndarray, k: int, nprobe: int, node: Node, *, rescore_k: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The top-k of each query among the documents that pass ``node`` (caller holds the lock)."""
     out = np.full((len(queries), k), -np.inf, dtype=np.float32), np.full((len(queries), k), -1, np.int64)
-    if live.ntotal == 0:
+    if _ntotal(live) == 0:
         return out
     known = live.store.known_matches(node)  # from an earlier search, if nothing changed since
-    if known is not None and known[0] < PRE_FILTER_SHARE * live.ntotal:
+    if known is not None and known[0] < PRE_FILTER_SHARE * _ntotal(live):
         short = list(range(len(queries)))
     else:
         short = _post_filter(live, queries, k, nprobe, node, rescore_k=rescore_k, out=out, known=known)
@@ -88,8 +88,12 @@ def filtered_search(
 Found = tuple[np.ndarray, np.ndarray]
 
 
+def _ntotal(live: LiveState) -> int:
+    return int(live.index.ntotal)
+
+
 def _post_filter(
-    live: LiveIndex,
+    live: LiveState,
     queries: np.ndarray,
     k: int,
     nprobe: int,
@@ -102,7 +106,7 @@ def _post_filter(
     """Step 1 into ``out``; returns the rows that came short of k. ``known``: the filter's match
     count and ids, when cached: the candidates are then as many as three times k need, and checked
     against the ids without a query."""
-    ntotal = live.ntotal
+    ntotal = _ntotal(live)
     wide = min(ntotal, k * OVERFETCH)
     if known is not None and known[0]:
         wide = min(wide, math.ceil(3 * k * ntotal / known[0]))
@@ -130,7 +134,7 @@ def _members(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
 
 
 def _pre_filter(
-    live: LiveIndex,
+    live: LiveState,
     queries: np.ndarray,
     k: int,
     nprobe: int,
@@ -146,7 +150,7 @@ def _pre_filter(
         return
     if is_ivf(live.index):
         nlist = faiss.extract_index_ivf(live.index).nlist
-        nprobe = min(max(nlist, nprobe), math.ceil(nprobe * math.sqrt(live.ntotal / len(allowed))))
+        nprobe = min(max(nlist, nprobe), math.ceil(nprobe * math.sqrt(_ntotal(live) / len(allowed))))
     found = vector_search(live, queries[rows], k, nprobe, allowed=allowed, rescore_k=rescore_k)
     scores, ids = top_k(*found, k)
     width = ids.shape[1]  # fewer than k columns when fewer documents match

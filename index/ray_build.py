@@ -33,7 +33,7 @@ from index.splits import CorpusPlan, Split, read_split, stage_decompressed
 if TYPE_CHECKING:
     from ray.data.context import DataContext
 
-    from index.build import BuildConfig
+    from index.build_config import BuildConfig
 
 log = logging.getLogger(__name__)
 INSTALL_HINT = "the Ray engine needs the [ray] extra: pip install 'distilembed[ray]'"

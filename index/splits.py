@@ -33,6 +33,7 @@ from index.corpus import (
     open_binary,
     parse_lines,
     split_fields,
+    warn_skipped_total,
 )
 from index.store import Document
 
@@ -246,3 +247,11 @@ def stage_decompressed(plan: CorpusPlan, directory: Path) -> dict[int, Path]:
             tmp.replace(dest)
         staged[index] = dest
     return staged
+
+
+def iter_documents(spec: CorpusSpec, stats: CorpusStats | None = None) -> Iterator[Document]:
+    """Every document of the corpus in file order (split by split, as ``index build`` reads it)."""
+    stats = stats if stats is not None else CorpusStats()
+    for _, docs in iter_split_documents(spec, plan_corpus(spec), stats):
+        yield from docs
+    warn_skipped_total(spec, stats)

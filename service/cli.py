@@ -107,17 +107,10 @@ def _ray_engine() -> Any:
 
 
 def _settings(cls: Any, overrides: dict[str, Any]) -> Any:
-    from pydantic import ValidationError
+    """``service.settings_load.settings_from``, imported when a command runs (it needs the serve extra)."""
+    from service.settings_load import settings_from
 
-    from distilembed.errors import UserError
-    from service.errors import describe_errors
-
-    try:
-        return cls(**overrides)
-    except ValidationError as exc:
-        errors = exc.errors()
-        problems = describe_errors(errors, whole="settings", most=len(errors))
-        raise UserError(f"bad settings: {problems}") from exc
+    return settings_from(cls, overrides)
 
 
 def register(app: typer.Typer) -> None:

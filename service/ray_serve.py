@@ -43,6 +43,7 @@ from service.batcher import EncoderLike
 from service.errors import ApiError
 from service.replica_index import Outcome, ReplicaIndex, run_write, unwrap
 from service.settings import Settings
+from service.settings_load import settings_from
 
 if TYPE_CHECKING:
     import numpy as np
@@ -274,9 +275,7 @@ def build_app(settings: Settings) -> serve.Application:
 def app_builder(args: dict[str, Any]) -> serve.Application:
     """``serve run service.ray_serve:app_builder bundle=models/default index_dir=runs/index replicas=2``;
     args are settings (unset ones come from ``DISTILEMBED_*`` variables, then the defaults)."""
-    from service.cli import _settings
-
-    return build_app(_settings(Settings, dict(args)))
+    return build_app(settings_from(Settings, dict(args)))
 
 
 def check_locally(settings: Settings) -> None:

@@ -5,7 +5,8 @@ import logging
 import pytest
 
 from distilembed.errors import UserError
-from index.corpus import CorpusSpec, CorpusStats, iter_documents
+from index.corpus import CorpusSpec, CorpusStats
+from index.splits import iter_documents
 
 
 def test_txt_lines_get_stable_ids_and_bad_bytes_are_skipped(tmp_path, caplog) -> None:

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from distilembed.errors import UserError
-from index.corpus import CorpusSpec, CorpusStats, iter_documents
-from index.splits import iter_split_documents, plan_corpus, read_split, stage_decompressed
+from index.corpus import CorpusSpec, CorpusStats
+from index.splits import iter_documents, iter_split_documents, plan_corpus, read_split, stage_decompressed
 
 
 def _txt(tmp_path, name="c.txt"):

@@ -6,32 +6,18 @@ Heavy imports happen inside commands."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from distilembed.artifacts import require_checkpoint
 from distilembed.errors import UserError
+from training.cli_options import DataDir, Opt, comma_list
 
-Opt = typer.Option
-DataDir = Annotated[
-    str | None,
-    Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR", help="Root that relative data paths are read from."),
-]
 BACKEND_HELP = "Teacher runtime: auto (onnx on a CPU, torch on a GPU) | torch | onnx."
 PATIENCE_HELP = "Stop after this many STS-B dev evaluations without a new best (0: never)."
 AMP_HELP = "Mixed precision (bf16 autocast) on a GPU; --no-amp trains in float32 there, as on a CPU."
 NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
-
-
-def comma_list(text: str | None, kind: type[int] | type[float], flag: str) -> list[Any] | None:
-    """``"128,64,32"`` -> ``[128, 64, 32]``; a bad item is a one-line error naming the flag."""
-    if text is None:
-        return None
-    try:
-        return [kind(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise UserError(f"{flag} takes comma-separated {kind.__name__}s, got {text!r}") from None
 
 
 def train_command(

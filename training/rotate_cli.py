@@ -10,7 +10,7 @@ import typer
 
 from distilembed.artifacts import read_manifest, require_checkpoint
 from distilembed.errors import UserError
-from training.cli import DataDir, Opt, comma_list
+from training.cli_options import DataDir, Opt, comma_list
 
 NONE = "none"
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from distilembed.errors import UserError
-from training.data.pairs import Pair, Triplet
+from training.data.records import Pair, Triplet
 
 log = logging.getLogger(__name__)
 

@@ -6,46 +6,18 @@ import csv
 import gzip
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
+from training.data.records import NLIPair, Pair, Triplet
 
 log = logging.getLogger(__name__)
 
 TRIPLET_HEADER = ("sent0", "sent1", "hard_neg")
 NLI_LABELS = frozenset({"entailment", "neutral", "contradiction"})
 _MAX_WARNINGS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Triplet:
-    """An anchor, a sentence that means the same, and a hard negative."""
-
-    anchor: str
-    positive: str
-    negative: str
-
-
-@dataclass(frozen=True, slots=True)
-class NLIPair:
-    """A premise/hypothesis pair with its gold label (entailment, neutral or contradiction)."""
-
-    premise: str
-    hypothesis: str
-    label: str
-
-
-@dataclass(frozen=True, slots=True)
-class Pair:
-    """Two texts with a score or class label; ``id`` is the source's pair id, when it has one."""
-
-    text1: str
-    text2: str
-    label: float
-    id: str = ""
 
 
 class _RowLog:
