@@ -81,17 +81,50 @@ def _value_in(values: list[Any]) -> str:
     return f" AND kind = ? AND value IN ({','.join('?' * len(values))})"
 
 
-class _Compiler:
+class _IndexedConditions:
+    """A condition on an indexed field from three primitives: ``lookup`` (documents with rows
+    for the field matching ``extra``), ``any_of`` and ``negate``; the two SQL forms below
+    supply them (a row predicate; a SELECT of ids)."""
+
+    params: list[Any]
+
+    def lookup(self, field: str, extra: str = "", *values: Any) -> str:
+        raise NotImplementedError
+
+    def any_of(self, terms: list[str]) -> str:
+        raise NotImplementedError
+
+    def negate(self, expr: str) -> str:
+        raise NotImplementedError
+
+    def indexed_condition(self, cond: Condition) -> str:
+        op, operand, field = cond.op, cond.operand, cond.field
+        if op == "$exists":
+            present = self.lookup(field)
+            return present if operand else self.negate(present)
+        if op in _SYMBOLS:
+            return self.lookup(field, f" AND kind = ? AND value {_SYMBOLS[op]} ?", kind(operand), operand)
+        operands = (operand,) if op in ("$eq", "$ne") else operand
+        terms = []
+        if None in operands:  # a null value, or no value at all
+            terms += [self.lookup(field, " AND kind = 0"), self.negate(self.lookup(field))]
+        for k, values in _by_kind(operands).items():
+            terms.append(self.lookup(field, _value_in(values), k, *values))
+        matched = self.any_of(terms)
+        return self.negate(matched) if op in ("$ne", "$nin") else matched
+
+
+class _Compiler(_IndexedConditions):
     def __init__(self, indexed: frozenset[str], per_row: bool) -> None:
         self.indexed = indexed
-        self.params: list[Any] = []
+        self.params = []
         self.template = _ROW_HAS_FIELD if per_row else _IN_FIELD
 
     def node(self, node: Node) -> str:
         if isinstance(node, Condition):
             return self.indexed_condition(node) if node.field in self.indexed else self.scan(node)
         if isinstance(node, Not):
-            return f"NOT {self.node(node.part)}"
+            return self.negate(self.node(node.part))
         if not node.parts:
             return "1" if isinstance(node, AllOf) else "0"
         return _join([self.node(p) for p in node.parts], "AND" if isinstance(node, AllOf) else "OR")
@@ -105,21 +138,11 @@ class _Compiler:
         self.params += [field, *values]
         return "(" + self.template.format(extra) + ")"
 
-    def indexed_condition(self, cond: Condition) -> str:
-        op, operand, field = cond.op, cond.operand, cond.field
-        if op == "$exists":
-            present = self.lookup(field)
-            return present if operand else f"NOT {present}"
-        if op in _SYMBOLS:
-            return self.lookup(field, f" AND kind = ? AND value {_SYMBOLS[op]} ?", kind(operand), operand)
-        operands = (operand,) if op in ("$eq", "$ne") else operand
-        terms = []
-        if None in operands:  # a null value, or no value at all
-            terms.append(f"({self.lookup(field, ' AND kind = 0')} OR NOT {self.lookup(field)})")
-        for k, values in _by_kind(operands).items():
-            terms.append(self.lookup(field, _value_in(values), k, *values))
-        expr = _join(terms, "OR") if terms else "0"
-        return f"NOT {expr}" if op in ("$ne", "$nin") else expr
+    def any_of(self, terms: list[str]) -> str:
+        return _join(terms, "OR") if terms else "0"
+
+    def negate(self, expr: str) -> str:
+        return f"NOT {expr}"
 
 
 def compile_where(node: Node, indexed: Iterable[str], per_row: bool = False) -> tuple[str, list[Any]]:
@@ -133,18 +156,18 @@ _VALUES = "SELECT int_id FROM field_values WHERE field = ?{}"
 _ALL = "SELECT int_id FROM docs"
 
 
-class _SetCompiler:
+class _SetCompiler(_IndexedConditions):
     """A filter on indexed fields only, as a compound SELECT of int ids over the payload index:
     it never reads a ``docs`` row (a rowid lookup each, the bulk of the cost for thousands)."""
 
     def __init__(self) -> None:
-        self.params: list[Any] = []
+        self.params = []
 
     def node(self, node: Node) -> str:
         if isinstance(node, Condition):
-            return self.condition(node)
+            return self.indexed_condition(node)
         if isinstance(node, Not):
-            return self.combine([_ALL, self.node(node.part)], "EXCEPT")
+            return self.negate(self.node(node.part))
         if not node.parts:
             return _ALL if isinstance(node, AllOf) else _ALL + " WHERE 0"
         if isinstance(node, AllOf):
@@ -172,26 +195,15 @@ class _SetCompiler:
         left, right = _SetCompiler.combine(parts[:mid], op), _SetCompiler.combine(parts[mid:], op)
         return f"SELECT int_id FROM ({left}) {op} SELECT int_id FROM ({right})"
 
-    def values(self, field: str, extra: str = "", *values: Any) -> str:
+    def lookup(self, field: str, extra: str = "", *values: Any) -> str:
         self.params += [field, *values]
         return _VALUES.format(extra)
 
-    def condition(self, cond: Condition) -> str:
-        op, operand, field = cond.op, cond.operand, cond.field
-        if op == "$exists":
-            present = self.values(field)
-            return present if operand else self.combine([_ALL, present], "EXCEPT")
-        if op in _SYMBOLS:
-            return self.values(field, f" AND kind = ? AND value {_SYMBOLS[op]} ?", kind(operand), operand)
-        operands = (operand,) if op in ("$eq", "$ne") else operand
-        terms = []
-        if None in operands:
-            terms.append(self.values(field, " AND kind = 0"))
-            terms.append(self.combine([_ALL, self.values(field)], "EXCEPT"))
-        for k, values in _by_kind(operands).items():
-            terms.append(self.values(field, _value_in(values), k, *values))
-        matched = self.combine(terms, "UNION") if terms else _ALL + " WHERE 0"
-        return self.combine([_ALL, matched], "EXCEPT") if op in ("$ne", "$nin") else matched
+    def any_of(self, terms: list[str]) -> str:
+        return self.combine(terms, "UNION") if terms else _ALL + " WHERE 0"
+
+    def negate(self, expr: str) -> str:
+        return self.combine([_ALL, expr], "EXCEPT")
 
 
 def _is_lookup(node: Node) -> bool:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import faiss
@@ -72,86 +73,82 @@ def filtered_search(
     live: LiveState, queries: np.ndarray, k: int, nprobe: int, node: Node, *, rescore_k: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The top-k of each query among the documents that pass ``node`` (caller holds the lock)."""
-    out = np.full((len(queries), k), -np.inf, dtype=np.float32), np.full((len(queries), k), -1, np.int64)
-    if _ntotal(live) == 0:
-        return out
+    plan = _Plan(live, queries, k, nprobe, node, rescore_k)
+    if plan.ntotal == 0:
+        return plan.scores, plan.ids
     known = live.store.known_matches(node)  # from an earlier search, if nothing changed since
-    if known is not None and known[0] < PRE_FILTER_SHARE * _ntotal(live):
+    if known is not None and known[0] < PRE_FILTER_SHARE * plan.ntotal:
         short = list(range(len(queries)))
     else:
-        short = _post_filter(live, queries, k, nprobe, node, rescore_k=rescore_k, out=out, known=known)
+        short = plan.post_filter(known)
     if short:
-        _pre_filter(live, queries, k, nprobe, node, rescore_k=rescore_k, out=out, rows=short)
-    return out
+        plan.pre_filter(short)
+    return plan.scores, plan.ids
 
 
-Found = tuple[np.ndarray, np.ndarray]
+@dataclass
+class _Plan:
+    """One filtered search: its inputs, and the results the two steps fill in."""
 
+    live: LiveState
+    queries: np.ndarray
+    k: int
+    nprobe: int
+    node: Node
+    rescore_k: int | None
+    scores: np.ndarray = field(init=False)
+    ids: np.ndarray = field(init=False)
 
-def _ntotal(live: LiveState) -> int:
-    return int(live.index.ntotal)
+    def __post_init__(self) -> None:
+        self.scores = np.full((len(self.queries), self.k), -np.inf, dtype=np.float32)
+        self.ids = np.full((len(self.queries), self.k), -1, dtype=np.int64)
 
+    @property
+    def ntotal(self) -> int:
+        return int(self.live.index.ntotal)
 
-def _post_filter(
-    live: LiveState,
-    queries: np.ndarray,
-    k: int,
-    nprobe: int,
-    node: Node,
-    *,
-    rescore_k: int | None,
-    out: Found,
-    known: tuple[int, np.ndarray | None] | None,
-) -> list[int]:
-    """Step 1 into ``out``; returns the rows that came short of k. ``known``: the filter's match
-    count and ids, when cached: the candidates are then as many as three times k need, and checked
-    against the ids without a query."""
-    ntotal = _ntotal(live)
-    wide = min(ntotal, k * OVERFETCH)
-    if known is not None and known[0]:
-        wide = min(wide, math.ceil(3 * k * ntotal / known[0]))
-    scores, ids = vector_search(live, queries, wide, nprobe, rescore_k=rescore_k)
-    candidates = np.unique(ids[ids >= 0])
-    if known is not None and known[1] is not None:
-        passing = set(candidates[_members(candidates, known[1])].tolist())
-    else:
-        passing = live.store.which_match(node, candidates.tolist()) if len(candidates) else set()
-    # every document was a candidate (an exact index that returned them all): nothing missed
-    exhaustive = not is_ivf(live.index) and wide == ntotal
-    short = []
-    for row, (row_scores, row_ids) in enumerate(zip(scores, ids, strict=True)):
-        kept = [col for col, i in enumerate(row_ids) if i in passing][:k]
-        out[0][row, : len(kept)], out[1][row, : len(kept)] = row_scores[kept], row_ids[kept]
-        if len(kept) < k and not exhaustive:
-            short.append(row)
-    return short
+    def post_filter(self, known: tuple[int, np.ndarray | None] | None) -> list[int]:
+        """Step 1; returns the rows that came short of k. ``known``: the filter's match count and
+        ids, when cached: the candidates are then as many as three times k need, and checked
+        against the ids without a query."""
+        live, k, ntotal = self.live, self.k, self.ntotal
+        wide = min(ntotal, k * OVERFETCH)
+        if known is not None and known[0]:
+            wide = min(wide, math.ceil(3 * k * ntotal / known[0]))
+        scores, ids = vector_search(live, self.queries, wide, self.nprobe, rescore_k=self.rescore_k)
+        candidates = np.unique(ids[ids >= 0])
+        if known is not None and known[1] is not None:
+            passing = set(candidates[_members(candidates, known[1])].tolist())
+        else:
+            passing = live.store.which_match(self.node, candidates.tolist()) if len(candidates) else set()
+        # every document was a candidate (an exact index that returned them all): nothing missed
+        exhaustive = not is_ivf(live.index) and wide == ntotal
+        short = []
+        for row, (row_scores, row_ids) in enumerate(zip(scores, ids, strict=True)):
+            kept = [col for col, i in enumerate(row_ids) if i in passing][:k]
+            self.scores[row, : len(kept)], self.ids[row, : len(kept)] = row_scores[kept], row_ids[kept]
+            if len(kept) < k and not exhaustive:
+                short.append(row)
+        return short
+
+    def pre_filter(self, rows: list[int]) -> None:
+        """Step 2 for ``rows``."""
+        allowed = self.live.store.ids_matching(self.node)
+        if len(allowed) == 0:
+            return
+        nprobe = self.nprobe
+        if is_ivf(self.live.index):
+            nlist = faiss.extract_index_ivf(self.live.index).nlist
+            nprobe = min(max(nlist, nprobe), math.ceil(nprobe * math.sqrt(self.ntotal / len(allowed))))
+        found = vector_search(
+            self.live, self.queries[rows], self.k, nprobe, allowed=allowed, rescore_k=self.rescore_k
+        )
+        scores, ids = top_k(*found, self.k)
+        width = ids.shape[1]  # fewer than k columns when fewer documents match
+        self.scores[rows, :width], self.ids[rows, :width] = scores, ids
 
 
 def _members(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
     """Which of ``values`` are in ``sorted_ids`` (a binary search each)."""
     at = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
     return sorted_ids[at] == values if len(sorted_ids) else np.zeros(len(values), dtype=bool)
-
-
-def _pre_filter(
-    live: LiveState,
-    queries: np.ndarray,
-    k: int,
-    nprobe: int,
-    node: Node,
-    *,
-    rescore_k: int | None,
-    out: Found,
-    rows: list[int],
-) -> None:
-    """Step 2 for ``rows``, into ``out``."""
-    allowed = live.store.ids_matching(node)
-    if len(allowed) == 0:
-        return
-    if is_ivf(live.index):
-        nlist = faiss.extract_index_ivf(live.index).nlist
-        nprobe = min(max(nlist, nprobe), math.ceil(nprobe * math.sqrt(_ntotal(live) / len(allowed))))
-    found = vector_search(live, queries[rows], k, nprobe, allowed=allowed, rescore_k=rescore_k)
-    scores, ids = top_k(*found, k)
-    width = ids.shape[1]  # fewer than k columns when fewer documents match
-    out[0][rows, :width], out[1][rows, :width] = scores, ids

@@ -228,9 +228,6 @@ class DocumentStore:
             (json.dumps(int_ids),),
         )
 
-    def _where(self, node: Node, per_row: bool = False) -> tuple[str, list[Any]]:
-        return filter_sql.compile_where(node, self.indexed_fields(), per_row)
-
     def _matching_ids_sql(self, node: Node) -> tuple[str, list[Any]]:
         """A SELECT of the matching int ids (duplicates possible): over the payload index alone
         when it covers the filter, else a pass over the documents."""

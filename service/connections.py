@@ -32,6 +32,7 @@ from typing import ClassVar
 
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 
+from service.middleware import error_body
 from service.settings import Settings
 from service.write_coalescing import CoalescingHttpToolsProtocol
 
@@ -48,7 +49,7 @@ class Phase(enum.Enum):
 
 
 def _error_body(message: str, kind: str) -> bytes:
-    return json.dumps({"error": message, "type": kind, "took_ms": 0.0}).encode()
+    return json.dumps(error_body(message, kind, 0.0)).encode()
 
 
 def _closing_response(status: int, message: str, kind: str, retry: bool = False) -> bytes:

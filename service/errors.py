@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from starlette.routing import Match
 from starlette.types import Scope
 
 from distilembed.errors import BusyError, TooLargeError, UserError
+from service.middleware import elapsed_ms, error_json
 
 log = logging.getLogger("distilembed.service")
 
@@ -37,15 +37,13 @@ def validation(message: str) -> ApiError:
 
 
 def took_ms(request: Request) -> float:
-    start = getattr(request.state, "start", None)
-    return round((time.perf_counter() - start) * 1000, 3) if start is not None else 0.0
+    return elapsed_ms(request.scope)
 
 
 def error_response(
     request: Request, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    body = {"error": message, "type": kind, "took_ms": took_ms(request)}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return error_json(request.scope, status, message, kind, headers)
 
 
 def describe_errors(errors: Sequence[Any], whole: str = "body", most: int = 5) -> str:

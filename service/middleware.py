@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse
@@ -17,7 +18,8 @@ log = logging.getLogger("distilembed.service")
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def _elapsed_ms(scope: Scope) -> float:
+def elapsed_ms(scope: Scope) -> float:
+    """Milliseconds since ObservabilityMiddleware saw the request (0 before it did)."""
     start = scope.get("state", {}).get("start")
     return round((time.perf_counter() - start) * 1000, 3) if start is not None else 0.0
 
@@ -26,8 +28,12 @@ def error_json(
     scope: Scope, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     """The error body of service/errors.py, for answers given outside FastAPI's handlers."""
-    body = {"error": message, "type": kind, "took_ms": _elapsed_ms(scope)}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error_body(message, kind, elapsed_ms(scope)), status_code=status, headers=headers)
+
+
+def error_body(message: str, kind: str, took_ms: float) -> dict[str, Any]:
+    """The body of every error this service answers (``ErrorBody`` in service/schemas.py)."""
+    return {"error": message, "type": kind, "took_ms": took_ms}
 
 
 class ObservabilityMiddleware:
