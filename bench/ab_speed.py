@@ -29,8 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode import stsb_sentences  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
-from timing import interleaved_seconds  # noqa: E402
+from harness import (  # noqa: E402
+    add_doc_args,
+    interleaved_seconds,
+    markdown_table,
+    publish,
+    publish_saved,
+    run_info,
+)
 
 from export.runtime import Encoder, cosines  # noqa: E402
 

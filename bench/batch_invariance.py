@@ -39,8 +39,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
-from timing import interleaved_seconds  # noqa: E402
+from harness import (  # noqa: E402
+    add_doc_args,
+    interleaved_seconds,
+    markdown_table,
+    publish,
+    publish_saved,
+    run_info,
+)
 
 from export.runtime import MODEL_FILES, Encoder  # noqa: E402
 from training.data.sts import distinct_sentences, read_stsb  # noqa: E402

@@ -25,9 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quora_data import load_quora_retrieval
+from harness import load_quora_retrieval, run_info
 from quora_sr import add_ivf_args, add_model_args, make_index, mrr10, raw_search, student_vectors
-from results_doc import run_info
 
 
 def itq_rotation(centred: np.ndarray, iterations: int, seed: int) -> np.ndarray:

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import compression  # noqa: E402
-from results_doc import run_info  # noqa: E402
+from harness import run_info  # noqa: E402
 
 from index.rescore import Rescorer, write_rows  # noqa: E402
 

@@ -28,10 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import QuoraRetrieval, load_quora_retrieval, named_path, run_info
 from ivf_seeds import parse_bundles, search_mrrs, summarise
-from quora_data import QuoraRetrieval, load_quora_retrieval
 from quora_sr import add_ivf_args
-from results_doc import named_path, run_info
 from target_space import GEOMETRY_COLUMNS, geometry_cells, pair_geometry
 
 from distilembed.artifacts import atomic_write_json

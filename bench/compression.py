@@ -44,11 +44,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from compression_report import render, report  # noqa: E402
-from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
+from harness import (  # noqa: E402
+    add_distractors,
+    add_doc_args,
+    interleaved_seconds,
+    load_quora_retrieval,
+    publish_saved,
+    run_info,
+)
 from quora_sr import drop_self, read_distractors, retrieval_scores, teacher_vectors  # noqa: E402
 from quora_sr import unit_rows as unit  # noqa: E402
-from results_doc import add_doc_args, publish_saved, run_info  # noqa: E402
-from timing import interleaved_seconds  # noqa: E402
 
 from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
 from index.vectors import (  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from results_doc import fmt, markdown_table, publish, repo_path
+from harness import fmt, markdown_table, publish, repo_path
 from rich.console import Console
 from rich.table import Table
 

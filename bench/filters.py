@@ -31,8 +31,8 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from harness import markdown_table, rewrite_block, run_info  # noqa: E402
 from http_harness import free_port, server  # noqa: E402
-from results_doc import markdown_table, rewrite_block, run_info  # noqa: E402
 
 from distilembed.artifacts import atomic_write_json  # noqa: E402
 from index.filter_cache import MatchCache  # noqa: E402

@@ -34,10 +34,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from checkpoint_quora import add_scoring_args, dense_head, without_head
+from harness import QuoraRetrieval, load_quora_retrieval, run_info
 from ivf_seeds import search_mrrs, summarise
-from quora_data import QuoraRetrieval, load_quora_retrieval
 from quora_sr import unit_rows
-from results_doc import run_info
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, read_manifest
 from training.data.sts import STSPair, distinct_sentences, load_stsb_split

@@ -49,8 +49,8 @@ from service.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import siege  # noqa: E402
+from harness import add_doc_args, markdown_table, publish, publish_saved, repo_path, run_info  # noqa: E402
 from http_harness import free_port, server  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, repo_path, run_info  # noqa: E402
 
 BLOCK = "hostile"
 DEFAULT_JSON = ROOT / "bench" / "results" / "hostile.json"

@@ -26,7 +26,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from results_doc import named_path, run_info
+from harness import named_path, run_info
 
 from export.bundle import quantize_graph
 from export.runtime import MODEL_FILES, Encoder, cosines

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
+from harness import QuoraRetrieval, add_distractors, load_quora_retrieval, named_path, run_info
 from quora_sr import (
     add_ivf_args,
     add_model_args,
@@ -39,7 +39,6 @@ from quora_sr import (
     read_distractors,
     teacher_vectors,
 )
-from results_doc import named_path, run_info
 
 from distilembed.artifacts import atomic_write_json
 

@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quora_data import load_quora_retrieval
+from harness import interleaved_seconds, load_quora_retrieval
 from quora_sr import (
     add_ivf_args,
     add_model_args,
@@ -40,7 +40,6 @@ from quora_sr import (
     student_vectors,
     teacher_vectors,
 )
-from timing import interleaved_seconds
 
 
 def pca_widths(vectors: np.ndarray, widths: list[int], fit_on: int, seed: int) -> dict[int, np.ndarray]:

@@ -284,7 +284,7 @@ def measure_speeds(rows: list[dict[str, Any]], args: argparse.Namespace, console
     slow moment of the machine cost every bundle alike rather than the one that happened to run then.
     """
     from encode import stsb_sentences
-    from timing import interleaved_seconds
+    from harness import interleaved_seconds
 
     from export.runtime import Encoder
 

@@ -36,8 +36,8 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 from http_harness import free_port, server  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile")
 MB = 1024 * 1024

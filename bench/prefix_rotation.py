@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from results_doc import markdown_table, run_info  # noqa: E402
+from harness import markdown_table, run_info  # noqa: E402
 
 WIDTHS = (128, 64, 32)
 

@@ -41,9 +41,18 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quora_data import QuoraRetrieval, add_distractors, load_quora_retrieval
-from results_doc import add_doc_args, fmt, markdown_table, publish, publish_saved, run_info
-from timing import interleaved_seconds
+from harness import (
+    QuoraRetrieval,
+    add_distractors,
+    add_doc_args,
+    fmt,
+    interleaved_seconds,
+    load_quora_retrieval,
+    markdown_table,
+    publish,
+    publish_saved,
+    run_info,
+)
 
 from index.vectors import new_ivf
 from training.data.text import content_hash, read_sentences

@@ -32,10 +32,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import compression  # noqa: E402
-from quora_data import add_distractors, load_quora_retrieval  # noqa: E402
+from harness import (  # noqa: E402
+    add_distractors,
+    add_doc_args,
+    interleaved_seconds,
+    load_quora_retrieval,
+    markdown_table,
+    publish,
+    publish_saved,
+    repo_path,
+    run_info,
+)
 from quora_sr import drop_self, retrieval_scores  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, repo_path, run_info  # noqa: E402
-from timing import interleaved_seconds  # noqa: E402
 
 from index.rescore import DEFAULT_RESCORE_K, Rescorer, write_rows  # noqa: E402
 from training.data.text import read_sentences  # noqa: E402

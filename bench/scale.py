@@ -42,10 +42,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_serve as serve_bench  # noqa: E402
 import scale_build  # noqa: E402
+from harness import (  # noqa: E402
+    add_doc_args,
+    interleaved_seconds,
+    markdown_table,
+    publish,
+    publish_saved,
+    run_info,
+)
 from http_harness import closed_loop, free_port, server  # noqa: E402
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 from serve import sts_sentences  # noqa: E402
-from timing import interleaved_seconds  # noqa: E402
 
 CLI = [sys.executable, "-m", "distilembed.cli"]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info
+from harness import add_doc_args, markdown_table, publish, publish_saved, run_info
 from rich.console import Console
 from rich.table import Table
 

@@ -43,8 +43,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import wrk_client  # noqa: E402
+from harness import add_doc_args, publish, publish_saved, run_info  # noqa: E402
 from http_harness import Phase, Request, closed_loop, free_port, rss_bytes, server  # noqa: E402
-from results_doc import add_doc_args, publish, publish_saved, run_info  # noqa: E402
 from serve_report import block_name, render, report  # noqa: E402
 
 RESULTS_DIR = ROOT / "bench" / "results"

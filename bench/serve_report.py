@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from results_doc import fmt, markdown_table
+from harness import fmt, markdown_table
 from rich.console import Console
 from rich.table import Table
 

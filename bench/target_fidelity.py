@@ -34,9 +34,8 @@ from rich.table import Table
 from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quora_data import load_quora_retrieval
+from harness import load_quora_retrieval, run_info
 from quora_sr import unit_rows
-from results_doc import run_info
 from target_space import add_target_args, target_pca, teacher_name
 
 from distilembed.artifacts import atomic_write_json

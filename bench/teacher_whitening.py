@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from results_doc import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
+from harness import add_doc_args, markdown_table, publish, publish_saved, run_info  # noqa: E402
 
 
 def render(result: dict[str, Any]) -> str:

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from results_doc import add_doc_args, markdown_table, named_path, publish, publish_saved, run_info  # noqa: E402
+from harness import add_doc_args, markdown_table, named_path, publish, publish_saved, run_info  # noqa: E402
 
 from training.data.pairs import NLIPair, Pair, read_quora_pairs, read_senteval_snli  # noqa: E402
 from training.data.sts import STSPair, distinct_sentences, read_stsb_by_genre  # noqa: E402

@@ -29,7 +29,7 @@ for path in (ROOT, ROOT / "bench"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from results_doc import run_info  # noqa: E402
+from harness import run_info  # noqa: E402
 
 from training.average import average_state_dicts  # noqa: E402
 from training.data.sts import STSPair, load_stsb_split  # noqa: E402

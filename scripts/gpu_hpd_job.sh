@@ -23,7 +23,7 @@ B=$!
 python3 - "$W" <<'PY' > "$W/quora.log" 2>&1 || echo "quora vectors failed" >> "$W/quora.log"
 import json, sys
 import numpy as np
-from quora_data import load_quora_retrieval
+from harness import load_quora_retrieval
 from training.teacher_targets import Teacher
 w = sys.argv[1]
 q = load_quora_retrieval(f"{w}/data/quora")

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import checkpoint_quora
 from checkpoint_quora import score_checkpoint, without_head
-from quora_data import QuoraRetrieval
+from harness import QuoraRetrieval
 
 from tests.tiny_models import tiny_sentences
 from training.data.sts import STSPair

@@ -16,18 +16,25 @@ import numpy as np
 from binary_codes import code_variants, itq_rotation
 from binary_lists import parse_config
 from dimensions import block_name as dimensions_block
+from harness import (
+    BlockError,
+    QuoraRetrieval,
+    add_distractors,
+    caption,
+    interleaved_seconds,
+    markdown_table,
+    replace_block,
+    rewrite_block,
+)
 from ivf_width import fixed_and_per_dim, pca_widths
 from methods import parse_args, train_command
 from methods_report import END, START, add_comparisons, doc_note, merge_reports
 from prefix_rotation import nested_whitening
-from quora_data import QuoraRetrieval, add_distractors
 from quora_sr import drop_self, mrr10, retrieval_scores, verdict
 from rescore_k import render as render_rescore_k
 from rescore_k import teacher_exact
-from results_doc import BlockError, caption, markdown_table, replace_block, rewrite_block
 from teacher_ensemble import render as render_ensemble
 from teacher_whitening import render as render_whitening
-from timing import interleaved_seconds
 
 
 def test_distractors_go_after_the_questions_without_repeats() -> None:

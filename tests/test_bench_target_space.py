@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import quora_sr
 import target_space
-from quora_data import QuoraRetrieval
+from harness import QuoraRetrieval
 
 from training.losses.hpd import PCATargets
 

@@ -1,4 +1,5 @@
-"""Blocks of docs/results.md that the bench scripts rewrite from their own JSON.
+"""The harness every bench script shares: interleaved timing, the Quora retrieval set, the run record
+and the blocks of docs/results.md that a script rewrites from its own JSON.
 
 A block sits between ``<!-- results:NAME:start -->`` and ``<!-- results:NAME:end -->``. A script
 that owns one measures, writes its JSON (with a ``run`` record: command, machine, date), renders
@@ -18,9 +19,13 @@ import re
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DOC = ROOT / "docs" / "results.md"
@@ -188,3 +193,64 @@ def publish_saved(
 
 def fmt(value: float | None, spec: str = ",.1f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+# Interleaved timing: every candidate runs once per round, so a slow moment of the machine costs
+# every candidate alike rather than the one that happened to run then.
+def interleaved_seconds(
+    calls: Mapping[str, Callable[[], object]],
+    rounds: int,
+    alternate: bool = False,
+    desc: str = "timing rounds",
+) -> dict[str, list[float]]:
+    """Wall-clock seconds of each call, one per round. ``alternate`` reverses the order every other
+    round (two candidates: neither always runs right after the other)."""
+    seconds: dict[str, list[float]] = {name: [] for name in calls}
+    names = list(calls)
+    for round_ in tqdm(range(rounds), desc=desc, unit="round"):
+        for name in reversed(names) if alternate and round_ % 2 else names:
+            start = time.perf_counter()
+            calls[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+QUORA_FILES = ("quora_pairs_dev.tsv", "quora_pairs_test.tsv")
+
+
+@dataclass(frozen=True)
+class QuoraRetrieval:
+    corpus: list[str]  # every distinct question of both files, sorted
+    queries: list[int]  # corpus index of question1 of each duplicate pair
+    relevant: list[int]  # corpus index of its question2
+
+    @property
+    def corpus_sha256(self) -> str:
+        from training.data.text import content_hash
+
+        return content_hash(self.corpus)
+
+
+def add_distractors(data: QuoraRetrieval, distractors: list[str]) -> tuple[QuoraRetrieval, list[int]]:
+    """The corpus grown by ``distractors`` (after the questions, so query ids stay), skipping any that
+    is a question or repeats an earlier one; also the positions in ``distractors`` that were kept."""
+    seen = set(data.corpus)
+    kept: list[int] = []
+    for i, text in enumerate(distractors):
+        if text not in seen:
+            seen.add(text)
+            kept.append(i)
+    corpus = data.corpus + [distractors[i] for i in kept]
+    return QuoraRetrieval(corpus, data.queries, data.relevant), kept
+
+
+def load_quora_retrieval(quora_dir: str | Path) -> QuoraRetrieval:
+    """The Quora semantic-retrieval set of HPD section 4.2: every distinct question is a document,
+    question1 of each duplicate pair a query and its question2 the one relevant document."""
+    from training.data.pairs import read_quora_pairs
+
+    pairs = [p for name in QUORA_FILES for p in read_quora_pairs(Path(quora_dir) / name)]
+    corpus = sorted({p.text1 for p in pairs} | {p.text2 for p in pairs})
+    row = {text: i for i, text in enumerate(corpus)}
+    dups = [p for p in pairs if p.label == 1.0 and p.text1 != p.text2]
+    return QuoraRetrieval(corpus, [row[p.text1] for p in dups], [row[p.text2] for p in dups])
