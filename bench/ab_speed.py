@@ -8,7 +8,7 @@ rewrites the block ``ab-<folder name of B>`` of docs/results.md (``--no-doc``: n
 JSON``: from an earlier run's JSON, measuring nothing).
 
     git show 421cf10:models/default/model.int8.onnx > /tmp/old/model.int8.onnx  # + manifest, tokenizer
-    python bench/ab_speed.py --a /tmp/old --b models/default --out bench/results/ab_unfuse.json
+    python bench/ab_speed.py --a /tmp/old --b models/default --out docs/results/ab_unfuse.json
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=1024, help="sentences per round")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="bench/results/ab_speed.json")
+    parser.add_argument("--out", default="docs/results/ab_speed.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, block_name, render):

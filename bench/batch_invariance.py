@@ -1,7 +1,7 @@
 """Does a text's vector depend on the other texts in its batch? Per quantisation of one bundle.
 
     python bench/batch_invariance.py --bundle runs/bundles/congen-ens-mrl \
-        --out bench/results/batch_invariance.json
+        --out docs/results/batch_invariance.json
 
 onnxruntime's dynamic int8 (what `distilembed export` ships) quantises each MatMul's input with one
 scale for the whole batch tensor, so a sentence encoded alone and the same sentence among 31 others
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calibration", type=int, default=2048, help="Wikipedia sentences (static ranges)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--out", default="bench/results/batch_invariance.json")
+    parser.add_argument("--out", default="docs/results/batch_invariance.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, BLOCK, render):

@@ -1,7 +1,7 @@
 """Is it the sign bits or the binary lists? Quora MRR@10 of four binary codes of one student, each
 searched exhaustively (flat Hamming, no IVF) and then with its top ``--rescore-k`` rescored exactly.
 
-    python bench/binary_codes.py --bundle models/default --out bench/results/binary_codes.json
+    python bench/binary_codes.py --bundle models/default --out docs/results/binary_codes.json
 
 Codes: the sign bits of the vectors as they are (what ``encoding_format: binary`` and ``--storage
 binary`` use), of the vectors centred on the corpus mean, of the centred vectors under a random
@@ -70,7 +70,7 @@ def main() -> None:
     add_ivf_args(parser)
     parser.add_argument("--rescore-k", type=int, default=50)
     parser.add_argument("--itq-iterations", type=int, default=50)
-    parser.add_argument("--out", default="bench/results/binary_codes.json")
+    parser.add_argument("--out", default="docs/results/binary_codes.json")
     args = parser.parse_args()
     faiss.omp_set_num_threads(args.threads)
 

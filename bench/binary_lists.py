@@ -1,6 +1,6 @@
 """Binary lists with rescoring at several (nlist, nprobe), against the teacher's IVF, in one timed run.
 
-    python bench/binary_lists.py --threads 2 --out bench/results/binary_lists.json
+    python bench/binary_lists.py --threads 2 --out docs/results/binary_lists.json
 
 The compression benchmark's protocol (bench/compression.py): Quora questions alone and with
 --distractors Wikipedia sentences, `models/default` at 128-d, rescore_k 50, the teacher's IVF at
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--distractors", type=int, default=100_000)
     parser.add_argument("--distractor-corpus", default=f"{data}/unlabeled/enwiki2015_1m_sentences.txt.gz")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--out", default="bench/results/binary_lists.json")
+    parser.add_argument("--out", default="docs/results/binary_lists.json")
     args = parser.parse_args(argv)
     # compression.py's protocol and defaults: teacher, nlist 1024, nprobe 5, rescore_k, repeats
     shared = compression.make_parser(data).parse_args(

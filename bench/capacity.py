@@ -1,7 +1,7 @@
 """A capacity plan from the measured build: hours to index 10^8 and 10^9 documents on 8, 64 and 512
 cores, index memory per 10^8 vectors by storage, and shards per corpus size.
 
-    python bench/capacity.py bench/results/scale_build_1m.json --out bench/results/capacity.json
+    python bench/capacity.py docs/results/scale_build_1m.json --out docs/results/capacity.json
 
 The model, from one measured ``--engine ray`` build (bench/scale_build.py):
   * encoding scales with cores: the Ray build's docs/s divided by the cluster's CPUs is the
@@ -67,7 +67,7 @@ def main() -> None:
         "--index", type=Path, help="an index it built: measured bytes per vector and document"
     )
     parser.add_argument("--replica-gb", type=float, default=64.0, help="RAM of one search replica")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/capacity.json"))
+    parser.add_argument("--out", type=Path, default=Path("docs/results/capacity.json"))
     args = parser.parse_args()
     build = json.loads(args.build.read_text())
     store = None

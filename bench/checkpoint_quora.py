@@ -11,7 +11,7 @@ of its Dense head, all-MiniLM-L6-v2's 384 dimensions): what the 128-d head keeps
 scores each checkpoint's output cut to its first N dimensions (a Matryoshka student's prefix).
 
     python bench/checkpoint_quora.py --checkpoint base=runs/ens04r --checkpoint new=runs/ens04-hpdgen \
-        --out bench/results/checkpoint_quora.json
+        --out docs/results/checkpoint_quora.json
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--width", type=int, help="score each checkpoint's output cut to its first N dimensions (Matryoshka)"
     )
-    parser.add_argument("--out", default="bench/results/checkpoint_quora.json")
+    parser.add_argument("--out", default="docs/results/checkpoint_quora.json")
     args = parser.parse_args(argv)
     checkpoints = parse_bundles(args.checkpoints)
     faiss.omp_set_num_threads(args.threads)

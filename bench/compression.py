@@ -231,7 +231,7 @@ def make_parser(data: str) -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="bench/results/compression.json")
+    parser.add_argument("--out", default="docs/results/compression.json")
     parser.add_argument("--png", help="plot (default: --out with .png, so a partial run keeps the doc's)")
     add_doc_args(parser)
     return parser

@@ -1,6 +1,6 @@
 """What `dimensions: N` costs: STS-B test Spearman of a bundle's vectors cut to N and re-normalised.
 
-python bench/dimensions.py --bundle models/default --out bench/results/dimensions-default.json
+python bench/dimensions.py --bundle models/default --out docs/results/dimensions-default.json
 
 Rewrites the block ``dimensions-<bundle folder name>`` of docs/results.md (``--no-doc``: not);
 ``--render-from JSON`` rewrites it from an earlier run's JSON without measuring.
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--variant", default="int8", choices=("int8", "fp32"))
     parser.add_argument("--sts-file", default=f"{data}/sts/stsbenchmark/sts-test.csv")
     parser.add_argument("--dims", default="128,96,64,48,32,16")
-    parser.add_argument("--out", default="bench/results/dimensions.json")
+    parser.add_argument("--out", default="docs/results/dimensions.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, block_name, render):

@@ -4,7 +4,7 @@ Throughput: sentences/s over all STS-B test sentences at batch 32 (median of --r
 Latency: batch-1 p50/p99 over --latency-n sentences. Ratios are to the teacher's throughput.
 
     python bench/encode.py --student runs/hpd-mpnet --student-bundle runs/bundles/hpd-mpnet \
-        --minilm-bundle runs/bundles/minilm --out bench/results/encode.json
+        --minilm-bundle runs/bundles/minilm --out docs/results/encode.json
 
 Rewrites the block ``encode`` of docs/results.md (--no-doc: not); ``--render-from JSON`` rewrites it
 from an earlier run's JSON, measuring nothing.
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, help="use only the first N sentences (quick checks)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-teacher", action="store_true")
-    parser.add_argument("--out", default="bench/results/encode.json")
+    parser.add_argument("--out", default="docs/results/encode.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "encode", render):

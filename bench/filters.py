@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Timed calls of each candidate per query.")
     parser.add_argument("--no-http", action="store_true", help="Skip the phase through distilembed serve.")
     parser.add_argument("--dir", type=Path, help="Keep the built index here (reused when it exists).")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "filters.json")
+    parser.add_argument("--json", type=Path, default=ROOT / "docs" / "results" / "filters.json")
     parser.add_argument("--no-doc", action="store_true", help="Neither docs/results.md nor the JSON.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-filters-") as tmp:

@@ -11,7 +11,7 @@ test, and on Quora (exact, IVF over ``--seeds``, paired against the trained head
 ``--quora-every`` steps.
 
     python bench/head_refit.py --checkpoint runs/ens04r-nli --anchor 0 --anchor 1 --anchor 10 \
-        --out bench/results/head_refit.json
+        --out docs/results/head_refit.json
 
 ``--save DIR`` (one anchor) writes the checkpoint with the last step's head, its manifest recording
 the refit, for a later stage to start from (``distilembed finetune DIR ...``).
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-every", type=int, default=50)
     parser.add_argument("--quora-every", type=int, default=100)
     parser.add_argument("--save", help="write the checkpoint with the last step's head (one --anchor)")
-    parser.add_argument("--out", default="bench/results/head_refit.json")
+    parser.add_argument("--out", default="docs/results/head_refit.json")
     args = parser.parse_args(argv)
     anchors = args.anchor or [0.0]
     if args.save and len(anchors) != 1:

@@ -23,7 +23,7 @@ each printing a line; then one table (phase, case, result, target, pass):
   6. every response body of the run, GET /info and POST /index/snapshot included (the 408s too),
      scanned for the server's temporary directory and the repository's absolute path.
 
-JSON goes to --json (default bench/results/hostile.json; with --no-doc nowhere unless --json says).
+JSON goes to --json (default docs/results/hostile.json; with --no-doc nowhere unless --json says).
 The exit status is 1 when a row fails.
 """
 
@@ -53,7 +53,7 @@ from harness import add_doc_args, markdown_table, publish, publish_saved, repo_p
 from http_harness import free_port, server  # noqa: E402
 
 BLOCK = "hostile"
-DEFAULT_JSON = ROOT / "bench" / "results" / "hostile.json"
+DEFAULT_JSON = ROOT / "docs" / "results" / "hostile.json"
 GIVE_UP_S = 10.0  # a held connection still open this long past its timeout: stop waiting (a fail)
 ERROR_KEYS = {"error", "type", "took_ms"}
 COLUMNS = ("phase", "case", "result", "target", "pass")

@@ -1,7 +1,7 @@
 """Is the index build encoder-bound? Build docs/s end to end vs the runtime encoder on the same texts.
 
     python bench/index_build.py --bundle runs/bundles/hpd-mpnet --n 30000 \
-        --out bench/results/index_build.json
+        --out docs/results/index_build.json
 
 Takes the first --n lines of the Wikipedia corpus, times ``Encoder.encode`` on them (the build's
 batch size and thread count), then ``distilembed index build`` on the same lines into a fresh
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--out", default="bench/results/index_build.json")
+    parser.add_argument("--out", default="docs/results/index_build.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "index-build", render):

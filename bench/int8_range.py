@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sts-dir", default=f"{data}/sts/stsbenchmark")
     parser.add_argument("--dims", default="128,64,32")
     parser.add_argument("--smooth-alphas", default="0.5,0.75,0.9,1.0", help="SmoothQuant rows, one per alpha")
-    parser.add_argument("--out", default="bench/results/int8_range.json")
+    parser.add_argument("--out", default="docs/results/int8_range.json")
     args = parser.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
     alphas = [float(a) for a in args.smooth_alphas.split(",") if a]

@@ -10,7 +10,7 @@ deviation and range over the seeds, and the mean paired difference to the first 
 seed) with its standard deviation. Shares are of the teacher's exact search on the same corpus.
 
     python bench/ivf_seeds.py --bundle default=models/default --bundle new=runs/bundles/new \
-        --distractors 100000 --seeds 10 --out bench/results/ivf_seeds.json
+        --distractors 100000 --seeds 10 --out docs/results/ivf_seeds.json
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=10, help="IVF trainings: seeds --seed, --seed + 1, ...")
     parser.add_argument("--nprobe", type=int, default=5)
     parser.add_argument("--teacher-ivf", action="store_true", help="also the teacher's IVF at each seed")
-    parser.add_argument("--out", default="bench/results/ivf_seeds.json")
+    parser.add_argument("--out", default="docs/results/ivf_seeds.json")
     args = parser.parse_args(argv)
     bundles = parse_bundles(args.bundles)
     faiss.omp_set_num_threads(args.threads)

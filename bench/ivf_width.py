@@ -8,7 +8,7 @@ cost per dimension. Going from 768 to 128 dimensions can then buy at most
 (f + 768c) / (f + 128c), not 768 / 128 = 6, which is why the 5x search-time target of
 bench/quora_sr.py sits near the edge at 36,824 documents (issue 4, docs/results.md).
 
-    python bench/ivf_width.py --bundle models/default --out bench/results/ivf_width.json
+    python bench/ivf_width.py --bundle models/default --out docs/results/ivf_width.json
 
 The MRR columns say what a 128-d student can reach at all: the teacher's own PCA-128 is the target
 HPD and ConGen distil, so its IVF share is the ceiling of a student that copies it perfectly.
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, default=5)
     parser.add_argument("--pca-sample", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--out", default="bench/results/ivf_width.json")
+    parser.add_argument("--out", default="docs/results/ivf_width.json")
     args = parser.parse_args()
     faiss.omp_set_num_threads(args.threads)
 

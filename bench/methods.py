@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--speed-repeats", type=int, default=5, help="timed rounds per bundle (median)")
     parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads (0: all cores)")
-    parser.add_argument("--out", default="bench/results/methods.json")
+    parser.add_argument("--out", default="docs/results/methods.json")
     parser.add_argument("--doc", default="docs/methods.md", help="markdown file whose Results it rewrites")
     parser.add_argument(
         "--render-from",

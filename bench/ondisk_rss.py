@@ -1,7 +1,7 @@
 """What a service over an ``--on-disk`` index keeps in memory, against the same index held in RAM.
 
     python bench/ondisk_rss.py --in-ram runs/scale_build/local --on-disk runs/scale_build/ray-resumed \
-        --out bench/results/ondisk_rss_1m.json
+        --out docs/results/ondisk_rss_1m.json
 
 For each index, plain ``distilembed serve`` on 127.0.0.1 is started, its memory read from
 /proc/PID/status when ready and after each --searches block of searches (the source file's last
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", default=str(data / "unlabeled" / "enwiki2015_1m_sentences.txt.gz"))
     parser.add_argument("--searches", type=int, nargs="+", default=[100, 1000, 5000])
     parser.add_argument("--limit-mb", type=int, help="also serve the on-disk index under this memory limit")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ondisk_rss.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "ondisk_rss.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "ondisk-rss", render):

@@ -1,6 +1,6 @@
 """Can a fixed linear map of a student's output make its short prefixes better? STS-B at 128/64/32-d.
 
-    python bench/prefix_rotation.py --model CHECKPOINT --out bench/results/prefix_rotation_NAME.json
+    python bench/prefix_rotation.py --model CHECKPOINT --out docs/results/prefix_rotation_NAME.json
 
 An orthogonal map leaves every 128-d cosine as it is, so if some rotation put more of what the
 student knows into its first 32 or 64 coordinates, a Matryoshka student's shares (issue 23) would

@@ -10,7 +10,7 @@ student alike), given per 1000 queries; the two nprobe-5 IVF rows are also timed
 8-bit lists (``index build --storage sq8``) for each model, outside the acceptance figures.
 
     python bench/quora_sr.py --bundle runs/bundles/hpd-mpnet \
-        --teacher-vectors runs/gpu/quora_teacher.npy --out bench/results/quora_sr.json
+        --teacher-vectors runs/gpu/quora_teacher.npy --out docs/results/quora_sr.json
 
 Without --teacher-vectors the teacher (PyTorch, all-mpnet-base-v2) encodes the questions here
 (about 17 minutes on 2 cores, once: they go through the teacher-target cache); with it, the file's
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=7, help="timing rounds (median reported)")
-    parser.add_argument("--out", default="bench/results/quora_sr.json")
+    parser.add_argument("--out", default="docs/results/quora_sr.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, block_name, render):

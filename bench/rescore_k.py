@@ -122,10 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quora-dir", default=f"{data}/quora")
     parser.add_argument("--distractors", type=int, default=100_000)
     parser.add_argument("--distractor-corpus", default=f"{data}/unlabeled/enwiki2015_1m_sentences.txt.gz")
-    parser.add_argument("--teacher-from", type=Path, default=ROOT / "bench/results/compression.json")
+    parser.add_argument("--teacher-from", type=Path, default=ROOT / "docs/results/compression.json")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--out", default="bench/results/rescore_k.json")
+    parser.add_argument("--out", default="docs/results/rescore_k.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "rescore-k", render):

@@ -1,6 +1,6 @@
 """Beyond one machine, on this machine: the Ray engine against the local one, in one run, one table.
 
-    python bench/scale.py                        # ~25 minutes on 2 cores; JSON to bench/results/scale.json
+    python bench/scale.py                        # ~25 minutes on 2 cores; JSON to docs/results/scale.json
     python bench/scale.py --docs 20000 --rounds 1 --requests 200 --duration 3 --queries 200   # smoke
 
 Three parts, all through the CLI a user runs, on 127.0.0.1 and a Ray cluster this script starts:
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=15.0, help="most seconds per serve phase")
     parser.add_argument("--timing-rounds", type=int, default=5, help="shards: interleaved timing rounds")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "scale")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scale.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "scale.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "scale", render):

@@ -1,7 +1,7 @@
 """The Ray index build against the local build on the same corpus, through the CLI a user runs.
 
     python bench/scale_build.py --docs 1000000 --kill-actor-at 0.3 --kill-driver-at 0.5 \
-        --out bench/results/scale_build_1m.json
+        --out docs/results/scale_build_1m.json
 
 Builds the first --docs Wikipedia sentences with ``--engine local``, then ``--engine ray`` (a
 local Ray cluster on this machine only; --kill-actor-at kill -9s one encoder actor part-way, so the
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--kill-driver-at", type=float, help="then an on-disk Ray build whose driver is killed here, rerun"
     )
-    parser.add_argument("--out", default="bench/results/scale_build.json")
+    parser.add_argument("--out", default="docs/results/scale_build.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, block_name, render):

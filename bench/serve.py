@@ -18,7 +18,7 @@ killed with SIGKILL, restarted on the same index, and every document it held is 
 
 Each run rewrites its block of docs/results.md (``serve``, or ``serve-load`` with --load; --no-doc:
 not); ``--render-from JSON`` rewrites it from an earlier run's JSON, measuring nothing. JSON goes to
---json (default bench/results/serve-NAME.json, or serve-NAME-load.json; with --no-doc nowhere unless
+--json (default docs/results/serve-NAME.json, or serve-NAME-load.json; with --no-doc nowhere unless
 --json says).
 """
 
@@ -47,7 +47,7 @@ from harness import add_doc_args, publish, publish_saved, run_info  # noqa: E402
 from http_harness import Phase, Request, closed_loop, free_port, rss_bytes, server  # noqa: E402
 from serve_report import block_name, render, report  # noqa: E402
 
-RESULTS_DIR = ROOT / "bench" / "results"
+RESULTS_DIR = ROOT / "docs" / "results"
 
 
 def sts_sentences(path: Path) -> list[str]:
@@ -287,14 +287,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     data = Path(os.environ.get("DISTILEMBED_DATA_DIR", ROOT.parent / "shared" / "data"))
     parser.add_argument("--sts-file", type=Path, default=data / "sts" / "stsbenchmark" / "sts-test.csv")
     parser.add_argument(
-        "--json", type=Path, help="results JSON (default bench/results/serve-NAME[-load].json)"
+        "--json", type=Path, help="results JSON (default docs/results/serve-NAME[-load].json)"
     )
     add_doc_args(parser)
     return parser.parse_args(argv)
 
 
 def json_path(args: argparse.Namespace) -> Path | None:
-    """Where the results JSON goes: --json, else (unless --no-doc) bench/results/serve-NAME[-load].json."""
+    """Where the results JSON goes: --json, else (unless --no-doc) docs/results/serve-NAME[-load].json."""
     if args.json or args.no_doc:
         return args.json
     name = args.name or args.bundle.resolve().name

@@ -240,7 +240,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds before the steady state")
     parser.add_argument("--docs", type=int, default=2000, help="STS-B sentences indexed before the load")
     parser.add_argument("--sts-file", type=Path, default=data / "sts" / "stsbenchmark" / "sts-test.csv")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "soak.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "soak.json")
     args = parser.parse_args()
     soak = Soak(sts_sentences(args.sts_file), ids_per_client=args.ids_per_client)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-soak-"))

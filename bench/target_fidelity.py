@@ -14,7 +14,7 @@ the training run's target (the teacher ensemble cut by the PCA fitted on ``--pca
 The target's own agreement with the full ensemble it was cut from is shown beside, as the ceiling
 that the reduction to ``--dim`` already sets. No Quora text is fitted on or trained on.
 
-    python bench/target_fidelity.py --bundle models/default --out bench/results/target_fidelity.json
+    python bench/target_fidelity.py --bundle models/default --out docs/results/target_fidelity.json
 
 ``--checkpoint RUN`` scores a training checkpoint in PyTorch instead (e.g. a run's step-0 snapshot:
 all-MiniLM-L6-v2 with the ridge head, before any distillation).
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", type=int, default=200_000, help="random pairs per set")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--out", default="bench/results/target_fidelity.json")
+    parser.add_argument("--out", default="docs/results/target_fidelity.json")
     args = parser.parse_args(argv)
     teacher, _, pca = target_pca(args)
     encode = student_encoder(args)

@@ -12,7 +12,7 @@ share of queries whose duplicate's list is among those probed (mean over the see
 cosine of a query with its duplicate beside that with a random other document.
 
     python bench/target_space.py --bundle default=models/default \
-        --out bench/results/target_space.json
+        --out docs/results/target_space.json
 
 ``--neighbourhood-preset congen-ens-hpd-cpu`` adds the target that ``train --target-reduction
 neighbourhood`` fits (decision 58) on that preset's text.
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     add_ivf_args(parser)  # --seed: the first IVF seed
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--nprobe", type=int, default=5)
-    parser.add_argument("--out", default="bench/results/target_space.json")
+    parser.add_argument("--out", default="docs/results/target_space.json")
     args = parser.parse_args(argv)
     bundles = parse_bundles(args.bundles)
     faiss.omp_set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 """A teacher ensemble's ceiling: STS-B Spearman of two teachers' cosines averaged by weight.
 
-python bench/teacher_ensemble.py --out bench/results/teacher_ensemble.json
+python bench/teacher_ensemble.py --out docs/results/teacher_ensemble.json
 
 The ensemble is what ``distilembed train --ensemble-teacher NAME:W`` distils
 (training/teacher_ensemble.py): each teacher's normalised vector scaled by sqrt(weight),
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--member", default="all-MiniLM-L6-v2", help="the second teacher")
     parser.add_argument("--weights", default="0.1,0.2,0.3,0.4,0.5", help="the second teacher's weights")
     parser.add_argument("--sts-dir", default=f"{data}/sts")
-    parser.add_argument("--out", default="bench/results/teacher_ensemble.json")
+    parser.add_argument("--out", default="docs/results/teacher_ensemble.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "teacher-ensemble", render):

@@ -1,6 +1,6 @@
 """The ceiling of a narrow student: the teacher's STS-B test Spearman after a PCA to N dimensions.
 
-python bench/teacher_pca.py --out bench/results/teacher_pca.json
+python bench/teacher_pca.py --out docs/results/teacher_pca.json
 
 The PCA is training.losses.hpd.PCATargets fitted on the teacher's vectors of the STS-B train
 sentences, as `distilembed train` fits it (``--pca-fit sts/stsbenchmark/sts-train.csv``); the
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sts-dir", default=f"{data}/sts")
     parser.add_argument("--widths", default="128,96,64,48,32,16")
     parser.add_argument("--reference-width", type=int, default=128)
-    parser.add_argument("--out", default="bench/results/teacher_pca.json")
+    parser.add_argument("--out", default="docs/results/teacher_pca.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "teacher-pca", render):

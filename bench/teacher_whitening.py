@@ -1,6 +1,6 @@
 """Whitened PCA targets: the teacher's STS-B Spearman after its PCA to --dim, partially whitened.
 
-python bench/teacher_whitening.py --out bench/results/teacher_whitening.json
+python bench/teacher_whitening.py --out docs/results/teacher_whitening.json
 
 The PCA is training.losses.hpd.PCATargets fitted on the STS-B train sentences, as ``distilembed
 train --pca-whiten P`` fits it: component variances v become v^(1 - P). Teachers: --teacher alone
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--powers", default="0,0.25,0.5,1", help="whitening powers P")
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--sts-dir", default=f"{data}/sts")
-    parser.add_argument("--out", default="bench/results/teacher_whitening.json")
+    parser.add_argument("--out", default="docs/results/teacher_whitening.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, "teacher-whitening", render):

@@ -1,7 +1,7 @@
 """Out-of-domain proxies, one row per model: STS-B test by genre, SNLI graded and Quora pair AP.
 
     python bench/transfer.py --bundle default=models/default --teacher all-mpnet-base-v2 \
-        --out bench/results/transfer.json
+        --out docs/results/transfer.json
 
 These are proxies for the reviewers' held-out 7-set STS suite (STS12-16, STS-B, SICK-R), built only
 from the data we have (DISTILEMBED_DATA_DIR). They are not that suite: a move here says a move there
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         default=1000,
         help="paired bootstrap rounds for each row's difference (0: none)",
     )
-    parser.add_argument("--out", default="bench/results/transfer.json")
+    parser.add_argument("--out", default="docs/results/transfer.json")
     add_doc_args(parser)
     args = parser.parse_args(argv)
     if publish_saved(args, BLOCK, render):

@@ -8,7 +8,7 @@ STS-B dev and test at every width and the shares of the widest, and picks alpha 
 highest mean dev over the widths among the alphas whose dev shares meet ``--min-shares``.
 
     python bench/wise_curve.py --start runs/mrl-ts05-tt07 --tuned runs/mrl-ts05-tt07-nli \
-        --out bench/results/wise_curve_mrl-ts05-tt07-nli.json
+        --out docs/results/wise_curve_mrl-ts05-tt07-nli.json
 """
 
 from __future__ import annotations

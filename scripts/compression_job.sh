@@ -46,4 +46,4 @@ fi
 "$PY" bench/rescore_k.py --threads 2 2>&1 | tee -a runs/logs/compression-rescore-k.log
 "$PY" bench/binary_lists.py --threads 2 --distractors 0 \
   --configs 191/8,191/8/50,191/8,191/8/50,191/8,191/8/50,1024/8,256/5,191/6,128/4 \
-  --out bench/results/binary_lists_small.json 2>&1 | tee -a runs/logs/compression-binary-lists.log
+  --out docs/results/binary_lists_small.json 2>&1 | tee -a runs/logs/compression-binary-lists.log

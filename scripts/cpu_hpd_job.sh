@@ -60,4 +60,4 @@ fresh_slice_epoch "$SOUP3" 400000 45 "$E4" "$FINAL"
 "$PY" -m distilembed.cli export --model "$FINAL" --out "$FINAL-bundle" --overwrite \
   2>&1 | tee runs/logs/cpu-hpd-export.log
 "$PY" bench/quora_sr.py --bundle "$FINAL-bundle" --distractors 200000 \
-  --out "bench/results/quora_sr_$(basename "$FINAL")_d200k.json" 2>&1 | tee runs/logs/cpu-hpd-quora.log
+  --out "docs/results/quora_sr_$(basename "$FINAL")_d200k.json" 2>&1 | tee runs/logs/cpu-hpd-quora.log

@@ -21,4 +21,4 @@ exec "${PY:-.venv/bin/python}" bench/methods.py --preset hpd-mpnet-cpu --teacher
   --variant "congen-hpd=congen --hpd-weight 1" \
   --variant "ibkd-random=ibkd --init-projection random" \
   --variant "distilcse-ckd-random=distilcse-ckd --init-projection random" \
-  --runs-dir runs/methods-100k --out bench/results/methods-100k.json "$@"
+  --runs-dir runs/methods-100k --out docs/results/methods-100k.json "$@"

@@ -2,7 +2,7 @@
 that vary, its steps, best STS-B dev and the STS-B test of its best checkpoint at each trained width.
 
     python scripts/gpu_runs_summary.py /tmp/widths/widths --machine "one lent NVIDIA H100 (...)" \
-        --command "ROUND=1..3 bash scripts/gpu_widths_job.sh" --out bench/results/gpu_widths_h100.json
+        --command "ROUND=1..3 bash scripts/gpu_widths_job.sh" --out docs/results/gpu_widths_h100.json
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ for seed in "${SEEDS[@]}"; do
   start="runs/mrl-pwt-s$seed"
   [[ "$seed" == 42 ]] && start=runs/mrl-pwt
   tuned="$start-nli"
-  curve="bench/results/wise_curve_$(basename "$tuned").json"
+  curve="docs/results/wise_curve_$(basename "$tuned").json"
   if [[ ! -e "$start/manifest.json" ]]; then
     # shellcheck disable=SC2046
     "$PY" -m distilembed.cli train --preset congen-ens-mrl-cpu --seed "$seed" \

@@ -221,9 +221,9 @@ def test_markdown_table_and_caption() -> None:
     assert table == "| setup | sent/s |\n| --- | ---: |\n| a | 1.0 |\n| b | 2 |"
     assert markdown_table(("x", "y"), [], "ll").splitlines()[1] == "| --- | --- |"
     run = {"command": "python bench/x.py --n 3", "machine": "AMD EPYC, 2 CPUs", "date": "2026-11-25"}
-    line = caption(run, Path(__file__).resolve().parents[1] / "bench" / "results" / "x.json")
+    line = caption(run, Path(__file__).resolve().parents[1] / "docs" / "results" / "x.json")
     assert line == (
-        "Measured by `python bench/x.py --n 3` on AMD EPYC, 2 CPUs, 2026-11-25; JSON `bench/results/x.json`."
+        "Measured by `python bench/x.py --n 3` on AMD EPYC, 2 CPUs, 2026-11-25; JSON `docs/results/x.json`."
     )
 
 

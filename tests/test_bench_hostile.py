@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DOC = ROOT / "docs" / "results.md"
-RESULTS_DIR = ROOT / "bench" / "results"
+RESULTS_DIR = ROOT / "docs" / "results"
 
 
 def repo_outputs() -> tuple[bytes, list[str]]:

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import serve
 
-RESULTS = serve.ROOT / "bench" / "results"
+RESULTS = serve.ROOT / "docs" / "results"
 
 
 def test_no_doc_writes_no_json_unless_told_where(tmp_path: Path) -> None:
