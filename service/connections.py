@@ -26,7 +26,7 @@ import enum
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from http import HTTPStatus
 from typing import ClassVar
 
@@ -95,13 +95,7 @@ class ConnectionBudget:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConnectionBudget:
-        return cls(
-            header_timeout_s=settings.header_timeout_s,
-            body_timeout_s=settings.body_timeout_s,
-            keep_alive_s=settings.keep_alive_s,
-            max_connections=settings.max_connections,
-            max_concurrency=settings.max_concurrency,
-        )
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls) if f.init})
 
     def evict_idle(self) -> bool:
         """Close the connection idle longest; False if none is idle."""

@@ -15,7 +15,7 @@ import math
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 from service.errors import ApiError, payload_too_large, validation
@@ -52,14 +52,7 @@ class MetadataLimits:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MetadataLimits:
-        return cls(
-            depth=settings.max_metadata_depth,
-            keys=settings.max_metadata_keys,
-            key_chars=settings.max_metadata_key_chars,
-            string_chars=settings.max_metadata_string_chars,
-            items=settings.max_metadata_items,
-            bytes=settings.max_metadata_bytes,
-        )
+        return cls(**{f.name: getattr(settings, f"max_metadata_{f.name}") for f in fields(cls)})
 
     def describe(self) -> str:
         """The limits in one sentence (the OpenAPI document's description of the field)."""

@@ -6,7 +6,7 @@ prometheus-client exposes counters with a ``_total`` suffix (``distilembed_reque
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -38,31 +38,12 @@ class Metrics:
         self.request_count = Counter(
             "distilembed_request_count", "HTTP requests by route and status", ["route", "status"], registry=r
         )
-        self.request_duration = Histogram(
-            "distilembed_request_duration_seconds",
-            "HTTP request duration by route and status",
-            ["route", "status"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+        self.request_duration = self._latency(
+            "request_duration", "HTTP request duration by route and status", ["route", "status"]
         )
-        self.queue_duration = Histogram(
-            "distilembed_queue_duration_seconds",
-            "Time a text waits before the encoder takes it",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.tokenization_duration = Histogram(
-            "distilembed_tokenization_duration_seconds",
-            "Tokenization time per batch",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.inference_duration = Histogram(
-            "distilembed_inference_duration_seconds",
-            "Encoder (onnxruntime) time per batch",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.queue_duration = self._latency("queue_duration", "Time a text waits before the encoder takes it")
+        self.tokenization_duration = self._latency("tokenization_duration", "Tokenization time per batch")
+        self.inference_duration = self._latency("inference_duration", "Encoder (onnxruntime) time per batch")
         self.batch_size = Histogram(
             "distilembed_batch_size", "Texts per encoder call", buckets=BATCH_BUCKETS, registry=r
         )
@@ -70,12 +51,7 @@ class Metrics:
         self.queue_rejected = Counter(
             "distilembed_queue_rejected", "Requests refused with 429 because the queue was full", registry=r
         )
-        self.search_duration = Histogram(
-            "distilembed_search_duration_seconds",
-            "Index search time per request",
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
+        self.search_duration = self._latency("search_duration", "Index search time per request")
         self.index_vectors = Gauge("distilembed_index_vectors", "Vectors in the live index", registry=r)
         self.rss = Gauge("distilembed_process_resident_memory_bytes", "Resident memory (RSS)", registry=r)
         self.rss.set_function(resident_memory_bytes)
@@ -83,6 +59,15 @@ class Metrics:
         self.ready = Gauge("distilembed_ready", "1 when the service is ready", registry=r)
         self.internal_errors = Counter(
             "distilembed_internal_errors", "Unhandled exceptions answered with 500", registry=r
+        )
+
+    def _latency(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Histogram:
+        return Histogram(
+            f"distilembed_{name}_seconds",
+            documentation,
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
 
     def track_index(self, ntotal: Callable[[], int]) -> None:
