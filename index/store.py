@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,8 +105,7 @@ class DocumentStore:
         rows = {doc.id: i for i, doc in enumerate(docs)}  # the last row of each id
         existing = self.int_ids(last)
         replaced = sorted(existing.values())
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             fields = self.indexed_fields()
             if fields and replaced:
                 self._drop_field_values(replaced)
@@ -129,12 +129,19 @@ class DocumentStore:
                     self.db.execute(
                         "INSERT INTO changes (int_id, vector) VALUES (?, ?)", (existing[doc.id], blob)
                     )
-            self.db.execute("COMMIT")
-            self._commits += 1
+        return [existing[doc.id] for doc in docs], replaced
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One write transaction, taken at once (BEGIN IMMEDIATE); rolled back on any exception."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return [existing[doc.id] for doc in docs], replaced
+        self.db.execute("COMMIT")
+        self._commits += 1
 
     def _select_in(self, columns: str, key: str, values: Sequence[object]) -> list[tuple]:
         """``SELECT columns FROM docs WHERE key IN values``, in chunks under SQLite's variable limit."""
@@ -160,20 +167,14 @@ class DocumentStore:
 
     def delete_logged(self, ext_ids: Sequence[str]) -> dict[str, int]:
         """Delete documents and log their vector removals in one transaction; return {ext id: int id}."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            gone: dict[str, int] = {}
+        gone: dict[str, int] = {}
+        with self._transaction():
             for ext in dict.fromkeys(ext_ids):
                 row = self.db.execute("DELETE FROM docs WHERE ext_id = ? RETURNING int_id", (ext,)).fetchone()
                 if row:
                     gone[ext] = int(row[0])
                     self._drop_field_values([gone[ext]])
                     self.db.execute("INSERT INTO changes (int_id, vector) VALUES (?, NULL)", (gone[ext],))
-            self.db.execute("COMMIT")
-            self._commits += 1
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
         return gone
 
     def changes(self) -> list[tuple[int, int, bytes | None]]:
@@ -203,10 +204,8 @@ class DocumentStore:
             field = join_path(split_path(field))
         except ValueError as exc:
             raise UserError(f"field {field!r}: {exc}") from None
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction():
             if field in self.indexed_fields():
-                self.db.execute("ROLLBACK")
                 return False
             self.db.execute("INSERT INTO indexed_fields (field) VALUES (?)", (field,))
             rows = self.db.execute("SELECT int_id, metadata FROM docs")
@@ -215,11 +214,6 @@ class DocumentStore:
                     r for i, meta in chunk for r in filter_sql.index_rows(i, json.loads(meta), (field,))
                 ]
                 self.db.executemany(INSERT_FIELD_VALUE, values)
-            self.db.execute("COMMIT")
-            self._commits += 1
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
         return True
 
     def _drop_field_values(self, int_ids: Sequence[int]) -> None:
@@ -295,18 +289,16 @@ class DocumentStore:
         self.db.create_function("keep_id", 1, lambda ext: int(keep(ext)), deterministic=True)
         self.db.execute("ATTACH DATABASE ? AS source", (str(source),))
         try:
-            self.db.execute("BEGIN IMMEDIATE")
-            cur = self.db.execute("INSERT INTO docs SELECT * FROM source.docs WHERE keep_id(ext_id)")
-            if self.db.execute(SOURCE_HAS_FIELDS).fetchone():
-                self.db.execute(
-                    "INSERT OR IGNORE INTO indexed_fields SELECT field FROM source.indexed_fields"
-                )
-                self.db.execute(
-                    "INSERT INTO field_values SELECT v.* FROM source.field_values v "
-                    "WHERE v.int_id IN (SELECT int_id FROM docs)"
-                )
-            self.db.execute("COMMIT")
-            self._commits += 1
+            with self._transaction():
+                cur = self.db.execute("INSERT INTO docs SELECT * FROM source.docs WHERE keep_id(ext_id)")
+                if self.db.execute(SOURCE_HAS_FIELDS).fetchone():
+                    self.db.execute(
+                        "INSERT OR IGNORE INTO indexed_fields SELECT field FROM source.indexed_fields"
+                    )
+                    self.db.execute(
+                        "INSERT INTO field_values SELECT v.* FROM source.field_values v "
+                        "WHERE v.int_id IN (SELECT int_id FROM docs)"
+                    )
         finally:
             self.db.execute("DETACH DATABASE source")
         return int(cur.rowcount)
