@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from functools import partial
 from pathlib import Path
@@ -25,7 +26,7 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
-from distilembed.ray_address import join
+from distilembed.ray_address import is_client, join
 from index.assemble import save_shard
 from index.corpus import CorpusSpec, CorpusStats
 from index.splits import CorpusPlan, Split, read_split, stage_decompressed
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 INSTALL_HINT = "the Ray engine needs the [ray] extra: pip install 'distilembed[ray]'"
+# Ray Data runs its executor in the driver, which needs a node of the cluster: over Ray Client it
+# fails ('Worker' object has no attribute 'core_worker').
+CLIENT_REFUSED = (
+    "index build --engine ray cannot drive a cluster through Ray Client ({address}): run it on a "
+    "node of the cluster with --ray-address auto (or the head's host:6379)"
+)
 OBJECT_STORE_BYTES = 512 * 1024 * 1024  # a local cluster's object store: blocks are ~1 MB each
 
 
@@ -56,6 +63,8 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address and is_client(address):
+        raise UserError(CLIENT_REFUSED.format(address=address))
     # Ray Data's actors keep their constructor arguments in the object store, and the core worker
     # logs that as an error on every start; failures still surface as Python exceptions.
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
@@ -132,9 +141,13 @@ def encode_with_ray(
     if not todo:
         return 0.0, 0
     ray = import_ray()
-    staged = stage_decompressed(plan, work / "staged")
-    connected = connect(cfg.ray_address)
     try:
+        connected = connect(cfg.ray_address)
+    except UserError:
+        _discard_unstarted(work)
+        raise
+    try:
+        staged = stage_decompressed(plan, work / "staged")
         start = time.perf_counter()
         threads = cfg.threads or 1
         actors = cfg.actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
@@ -161,6 +174,13 @@ def encode_with_ray(
     finally:
         if connected:
             ray.shutdown()
+
+
+def _discard_unstarted(work: Path) -> None:
+    """Remove ``work`` (OUT.partial) when no split was encoded into it yet: a build that could not
+    reach its cluster leaves nothing behind, a resumable one keeps its shards."""
+    if not any((work / "shards").glob("*.npy")):
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _collect(  # noqa: PLR0917

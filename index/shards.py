@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -24,6 +24,7 @@ from distilembed.errors import BusyError, UserError
 from index.integrity import RESCORE_FILE, with_files
 from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
 from index.rescore import exact_vectors, write_rows
+from index.searcher import Searcher
 from index.store import Document, DocumentStore
 from index.vectors import add, copy_index, save_index
 
@@ -100,21 +101,6 @@ def _write_shard(whole: LiveIndex, directory: Path, ids: np.ndarray, vectors: np
         write_rows(directory / RESCORE_FILE, ids, vectors, whole.dim)
 
 
-class ShardSearcher(Protocol):
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int,
-        nprobe: int | None = None,
-        where: dict[str, Any] | None = None,
-        rescore_k: int | None = None,
-    ) -> list[list[Hit]]: ...
-
-    def get(self, ext_id: str) -> Document | None: ...
-
-    def count(self, where: dict[str, Any] | None = None) -> int: ...
-
-
 def merge_hits(per_shard: Sequence[list[list[Hit]]], k: int) -> list[list[Hit]]:
     """Per query, the k best hits of all shards (highest score first)."""
     return [
@@ -128,7 +114,7 @@ class ShardedIndex:
     every search runs on all shards in parallel and their top-k are merged."""
 
     def __init__(
-        self, shards: Sequence[ShardSearcher], manifest: dict[str, Any], close: Callable[[], None]
+        self, shards: Sequence[Searcher], manifest: dict[str, Any], close: Callable[[], None]
     ) -> None:
         self.shards = list(shards)
         self.manifest = manifest

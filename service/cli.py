@@ -55,7 +55,8 @@ def serve_command(
         float | None, Opt(help="Ray: CPUs per replica, its default --threads (default 1).")
     ] = None,
     ray_address: Annotated[
-        str | None, Opt(help="Ray: cluster address (env RAY_ADDRESS); unset: a local cluster.")
+        str | None,
+        Opt(help="Ray: cluster, host:port, auto or ray://host:10001 (env RAY_ADDRESS); unset: a local one."),
     ] = None,
 ) -> None:
     """Serve embed / similarity / search over HTTP (FastAPI + uvicorn, no torch; or Ray Serve)."""

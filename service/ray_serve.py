@@ -25,8 +25,9 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from fastapi import FastAPI
 from ray import serve
@@ -38,22 +39,21 @@ from ray.serve.handle import DeploymentHandle
 from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
 from distilembed.ray_address import join
+from index.searcher import SEARCHES, WRITES, Searcher
 from service.app import bundle_sha256, create_app, load_encoder, load_index
 from service.batcher import EncoderLike
 from service.errors import ApiError
-from service.replica_index import Outcome, ReplicaIndex, run_write, unwrap
+from service.replica_index import Outcome, ReplicaIndex, run_call, unwrap
 from service.settings import Settings
 from service.settings_load import settings_from
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from index.live import Hit
     from index.shards import ShardedIndex
-    from index.store import Document
 
 log = logging.getLogger("distilembed.service")
 APP_NAME = "distilembed"
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
@@ -73,7 +73,7 @@ class IndexWriter:
 
     async def write(self, method: str, args: tuple[Any, ...]) -> Outcome:
         # In a thread: a retrain runs for seconds while upserts and deletes go on (LiveIndex's locks).
-        return await asyncio.to_thread(run_write, self.index, method, args)
+        return await asyncio.to_thread(run_call, self.index, WRITES, method, *args)
 
     def __del__(self) -> None:
         index = getattr(self, "index", None)
@@ -99,21 +99,9 @@ class IndexShard:
         fields = self.index.indexed_fields
         return self.index.manifest | {"nprobe": self.index.nprobe, "indexed_fields": fields}
 
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int,
-        nprobe: int | None,
-        where: dict[str, Any] | None,
-        rescore_k: int | None = None,
-    ) -> Outcome:
-        return _as_outcome(self.index.search, queries, k, nprobe, where, rescore_k)
-
-    def get(self, ext_id: str) -> Document | None:
-        return self.index.get(ext_id)
-
-    def count(self, where: dict[str, Any] | None) -> Outcome:
-        return _as_outcome(self.index.count, where)
+    def read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+        """A ``Searcher`` call (a bad filter's UserError comes back as a value: 422, not a crash)."""
+        return run_call(self.index, SEARCHES, method, *args, **kwargs)
 
     def __del__(self) -> None:
         index = getattr(self, "index", None)
@@ -121,36 +109,26 @@ class IndexShard:
             index.close(checkpoint=False)
 
 
-def _as_outcome(fn: Any, *args: Any) -> Outcome:
-    try:
-        return "ok", fn(*args)
-    except UserError as exc:  # e.g. a bad filter: the caller raises it again (422), not a crash
-        return "user", str(exc)
+def _on_shard(method: Callable[Concatenate[Searcher, P], R]) -> Callable[Concatenate[ShardHandle, P], R]:
+    """``Searcher.<method>``, answered by the shard deployment (called from worker threads, never
+    the replica's event loop)."""
+    name = method.__name__
+
+    def call(self: ShardHandle, *args: P.args, **kwargs: P.kwargs) -> R:
+        return unwrap(_result(self.handle.read.remote(name, args, kwargs), "an index shard"))
+
+    return call
 
 
 class ShardHandle:
-    """``ShardSearcher`` over an ``IndexShard`` deployment (called from worker threads, never the
-    replica's event loop)."""
+    """An ``IndexShard`` deployment as an API replica's ``ShardedIndex`` searches it."""
 
     def __init__(self, handle: DeploymentHandle) -> None:
         self.handle = handle
 
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int,
-        nprobe: int | None = None,
-        where: dict[str, Any] | None = None,
-        rescore_k: int | None = None,
-    ) -> list[list[Hit]]:
-        pending = self.handle.search.remote(queries, k, nprobe, where, rescore_k)
-        return unwrap(_result(pending, "an index shard"))
-
-    def get(self, ext_id: str) -> Document | None:
-        return _result(self.handle.get.remote(ext_id), "an index shard")
-
-    def count(self, where: dict[str, Any] | None = None) -> int:
-        return int(unwrap(_result(self.handle.count.remote(where), "an index shard")))
+    search = _on_shard(Searcher.search)
+    get = _on_shard(Searcher.get)
+    count = _on_shard(Searcher.count)
 
 
 def _result(response: Any, what: str) -> Any:
@@ -198,14 +176,8 @@ class Api:
 
         s = self.settings
         assert s.index_dir is not None
-        local = open_for_bundle(
-            s.index_dir,
-            self.encoder.dim,
-            bundle_sha256(s.bundle),
-            nprobe=s.nprobe,
-            writable=False,
-            rescore_k=s.rescore_k,
-        )
+        sha = bundle_sha256(s.bundle)
+        local = open_for_bundle(s.index_dir, self.encoder.dim, sha, s.nprobe, False, rescore_k=s.rescore_k)
 
         def write(method: str, args: tuple[Any, ...]) -> Outcome:
             # Called from the route's thread pool, never the replica's event loop.
@@ -312,9 +284,9 @@ def local_cluster_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def start(settings: Settings, **init: Any) -> None:
+def start(settings: Settings, **init: Any) -> str:
     """Connect to ``settings.ray_address``, or start a local cluster (``init``: more ``ray.init``
-    arguments, e.g. ``num_cpus``), then start Serve's HTTP ingress on host:port."""
+    arguments, e.g. ``num_cpus``), then Serve (``start_serve``): the URL the app will answer at."""
     import ray
 
     if settings.ray_address is not None:
@@ -328,9 +300,28 @@ def start(settings: Settings, **init: Any) -> None:
         finally:
             for name in added:
                 del os.environ[name]
-    serve.start(
-        http_options={"host": settings.host, "port": settings.port}, logging_config=_logging(settings)
-    )
+    return start_serve(settings)
+
+
+def start_serve(settings: Settings) -> str:
+    """Start Serve's HTTP ingress on host:port, unless Serve already runs on the cluster: its HTTP
+    options are the cluster's, fixed when it started. The URL the app answers at, either way."""
+    from ray.serve.context import _get_global_client  # Serve's public API does not report them
+
+    running = _get_global_client(raise_if_no_controller_running=False)
+    if running is None:
+        http = {"host": settings.host, "port": settings.port}
+        serve.start(http_options=http, logging_config=_logging(settings))
+        return f"http://{settings.host}:{settings.port}"
+    host, port = running.http_config.host, running.http_config.port
+    if (host, port) != (settings.host, settings.port):
+        log.warning(
+            "Ray Serve already runs on this cluster, on %s:%d: --host and --port apply only where the "
+            "command starts Serve (`serve shutdown` on the cluster stops it, with all its apps)",
+            host,
+            port,
+        )
+    return f"http://{host}:{port}"
 
 
 def _logging(settings: Settings) -> dict[str, Any]:
@@ -372,14 +363,13 @@ def run(settings: Settings) -> None:
 
     on_signals()
     try:
-        start(settings)
+        url = start(settings)
         on_signals()  # ray.init replaced the SIGTERM handler with its own (a stack dump, then abort)
         deploy(settings)
         log.info(
-            "Ray Serve: %s on http://%s:%d, %d replica(s)%s",
+            "Ray Serve: %s on %s, %d replica(s)%s",
             APP_NAME,
-            settings.host,
-            settings.port,
+            url,
             settings.replicas,
             f", autoscaling up to {settings.autoscale_max}" if settings.autoscale_max else "",
         )

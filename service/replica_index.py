@@ -9,30 +9,32 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
 from distilembed.errors import BusyError, UserError
+from index.live import LiveIndex
 
 if TYPE_CHECKING:
-    from index.live import Hit, LiveIndex
     from index.store import Document
 
 log = logging.getLogger("distilembed.service")
-WRITES = frozenset({"upsert", "delete", "retrain", "checkpoint", "snapshot", "add_field_index"})
-# A write's result crosses the process boundary as a value: ("ok", result), or ("busy" | "user",
+# A call's result crosses the process boundary as a value: ("ok", result), or ("busy" | "user",
 # message) for the errors the API maps to 409 and 422; anything else is a bug and raises.
 Outcome = tuple[str, Any]
 WriteCall = Callable[[str, tuple[Any, ...]], Outcome]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def run_write(index: Any, method: str, args: tuple[Any, ...]) -> Outcome:
-    """Writer side: call ``index.<method>(*args)`` and turn its user-facing errors into values."""
-    if method not in WRITES:
-        raise ValueError(f"not a write: {method!r}")
+def run_call(index: Any, allowed: frozenset[str], method: str, *args: Any, **kwargs: Any) -> Outcome:
+    """The far side of a forwarded call (the index writer's, a shard deployment's): call
+    ``index.<method>(*args, **kwargs)``, one of ``allowed``, and turn its user-facing errors into values."""
+    if method not in allowed:
+        raise ValueError(f"{method!r} is not one of {', '.join(sorted(allowed))}")
     try:
-        return "ok", getattr(index, method)(*args)
+        return "ok", getattr(index, method)(*args, **kwargs)
     except BusyError as exc:
         return "busy", str(exc)
     except UserError as exc:
@@ -49,8 +51,20 @@ def unwrap(outcome: Outcome) -> Any:
     return value
 
 
+def _after_refresh(read: Callable[Concatenate[LiveIndex, P], R]) -> Callable[Concatenate[ReplicaIndex, P], R]:
+    """``read`` on the local copy, after it applied the changes the writer has committed (unless
+    ``refresh_on_search`` is off)."""
+
+    def call(self: ReplicaIndex, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.refresh_on_search:
+            self.local.refresh()
+        return read(self.local, *args, **kwargs)
+
+    return call
+
+
 class ReplicaIndex:
-    """``IndexLike`` over a read-only local index and a writer elsewhere.
+    """``index.searcher.IndexLike`` over a read-only local index and a writer elsewhere.
 
     Every search first applies the changes the writer has committed (``refresh_on_search``), so
     a search sees every write acknowledged before it began, whichever replica took that write; a
@@ -102,17 +116,7 @@ class ReplicaIndex:
     def ntotal(self) -> int:
         return self.local.ntotal
 
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int,
-        nprobe: int | None = None,
-        where: dict[str, Any] | None = None,
-        rescore_k: int | None = None,
-    ) -> list[list[Hit]]:
-        if self.refresh_on_search:
-            self.local.refresh()
-        return self.local.search(queries, k, nprobe, where, rescore_k)
+    search = _after_refresh(LiveIndex.search)
 
     def get(self, ext_id: str) -> Document | None:
         return self.local.get(ext_id)  # SQLite: current without a refresh

@@ -5,75 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import Annotated
 
-import numpy as np
 from fastapi import Depends, Request
 
+from index.searcher import IndexLike
 from service.batcher import Batcher, BatcherClosedError, Embedded, EncoderLike, QueueFullError
 from service.errors import ApiError, payload_too_large
 from service.metrics import Metrics
 from service.schemas import IndexInfo
 from service.settings import Settings
-
-if TYPE_CHECKING:
-    from index.live import Hit
-    from index.store import Document
-
-
-class IndexLike(Protocol):
-    """The interface of ``index.live.LiveIndex`` that the service uses."""
-
-    # Read-only here: the service never sets them (a replica's or a sharded index's are properties).
-    @property
-    def dim(self) -> int: ...
-
-    @property
-    def nprobe(self) -> int: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def nlist(self) -> int: ...
-
-    @property
-    def manifest(self) -> dict[str, Any]: ...
-
-    @property
-    def ntotal(self) -> int: ...
-
-    def search(
-        self,
-        queries: np.ndarray,
-        k: int,
-        nprobe: int | None = None,
-        where: dict[str, Any] | None = None,
-        rescore_k: int | None = None,
-    ) -> list[list[Hit]]: ...
-
-    def get(self, ext_id: str) -> Document | None: ...
-
-    def count(self, where: dict[str, Any] | None = None) -> int: ...
-
-    @property
-    def indexed_fields(self) -> tuple[str, ...]: ...
-
-    def add_field_index(self, field: str) -> bool: ...
-
-    def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]: ...
-
-    def delete(self, ext_ids: Sequence[str]) -> list[str]: ...
-
-    def checkpoint(self) -> None: ...
-
-    def retrain(
-        self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
-    ) -> dict[str, Any]: ...
-
-    def snapshot(self, out: Path) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass

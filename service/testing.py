@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from index.filters import parse as parse_filter
 from index.live import Hit
 from index.store import Document
 from index.vectors import plan_index
+
+if TYPE_CHECKING:
+    from index.searcher import IndexLike
 
 
 @lru_cache(maxsize=4096)
@@ -62,7 +65,7 @@ class FakeEncoder:
 
 
 class FakeIndex:
-    """In-memory exact index with the ``LiveIndex`` interface."""
+    """In-memory exact index: an ``index.searcher.IndexLike`` that behaves as ``LiveIndex`` does."""
 
     kind, nlist = "flat", 0
 
@@ -170,3 +173,7 @@ class FakeIndex:
 
     def close(self) -> None:
         self.closed = True
+
+
+if TYPE_CHECKING:  # mypy keeps the fake in step with the interface the service uses
+    _fake: type[IndexLike] = FakeIndex

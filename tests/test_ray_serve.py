@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -364,6 +365,18 @@ def test_sharded_index_on_shard_deployments(ray_base, local_client, tmp_path):
             )
     finally:
         serve.delete("sharded")
+
+
+def test_a_running_serve_keeps_its_http_port_and_the_url_says_which(ray_base, caplog):
+    """Serve's HTTP options are the cluster's: another --port does not move it, and the URL the
+    command prints is the one that answers."""
+    from service import ray_serve
+
+    port = int(ray_base.rsplit(":", 1)[1])
+    with caplog.at_level(logging.WARNING, logger="distilembed.service"):
+        url = ray_serve.start_serve(Settings(**LIMITS, port=free_port()))
+    assert url == ray_base and _ready(url)
+    assert f"already runs on this cluster, on 127.0.0.1:{port}" in caplog.text
 
 
 def test_app_builder_and_options():

@@ -1,5 +1,6 @@
-"""Writes forwarded to one index writer (``ReplicaIndex``), and ``serve --engine ray``'s setup, without
-a Ray cluster: the app on a replica whose writer is an in-process ``LiveIndex``."""
+"""Writes forwarded to one index writer (``ReplicaIndex``), searches forwarded to shard deployments
+(``ShardHandle``), and ``serve --engine ray``'s setup, without a Ray cluster: the app on a replica
+whose writer is an in-process ``LiveIndex``."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from fastapi.testclient import TestClient
 
 from distilembed.errors import BusyError, UserError
 from index.live import LiveIndex
+from index.searcher import SEARCHES, WRITES
 from index.store import Document
 from service.app import create_app
-from service.replica_index import ReplicaIndex, run_write, unwrap
+from service.replica_index import ReplicaIndex, run_call, unwrap
 from service.settings import Settings
-from service.testing import FakeEncoder
+from service.testing import FakeEncoder, FakeIndex
 from tests.service_client import empty_index_dir, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +39,7 @@ def replicated(tmp_path: Path) -> Iterator[tuple[TestClient, LiveIndex, ReplicaI
     directory = empty_index_dir(tmp_path / "idx", dim=8)
     writer = LiveIndex(directory)
     local = LiveIndex(directory, writable=False)
-    index = ReplicaIndex(local, lambda method, args: run_write(writer, method, args), refresh_ms=0)
+    index = ReplicaIndex(local, lambda method, args: run_call(writer, WRITES, method, *args), refresh_ms=0)
     settings = Settings(bundle="fake-bundle", index_dir=directory, warmup=False)
     with TestClient(create_app(settings, FakeEncoder(), index), raise_server_exceptions=False) as client:
         yield client, writer, index
@@ -85,7 +87,7 @@ def test_background_refresh(tmp_path):
     writer = LiveIndex(directory)
     index = ReplicaIndex(
         LiveIndex(directory, writable=False),
-        lambda m, a: run_write(writer, m, a),
+        lambda m, a: run_call(writer, WRITES, m, *a),
         20,
         refresh_on_search=False,
     )
@@ -104,12 +106,54 @@ def test_outcomes_cross_as_values():
         def retrain(self) -> None:
             raise BusyError("busy")
 
-    assert run_write(Target(), "delete", (["a"],)) == ("ok", ["a"])
-    assert run_write(Target(), "retrain", ()) == ("busy", "busy")
+        def count(self, where: dict[str, Any] | None = None) -> int:
+            raise UserError(f"bad filter {where}")
+
+    assert run_call(Target(), WRITES, "delete", ["a"]) == ("ok", ["a"])
+    assert run_call(Target(), WRITES, "retrain") == ("busy", "busy")
+    assert run_call(Target(), SEARCHES, "count", where={"n": []}) == ("user", "bad filter {'n': []}")
     with pytest.raises(BusyError, match="busy"):
         unwrap(("busy", "busy"))
-    with pytest.raises(ValueError, match="not a write"):
-        run_write(Target(), "search", ())
+    with pytest.raises(ValueError, match="'search' is not one of add_field_index"):
+        run_call(Target(), WRITES, "search")
+    with pytest.raises(ValueError, match="'delete' is not one of count, get, search"):
+        run_call(Target(), SEARCHES, "delete", ["a"])
+
+
+def test_every_searcher_and_index_method_is_named_once() -> None:
+    """The names that cross to a shard or to the writer are the protocol's methods."""
+    from index.searcher import IndexLike, Searcher
+
+    def methods(cls: type) -> set[str]:
+        return {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")}
+
+    assert methods(Searcher) == SEARCHES
+    assert methods(IndexLike) >= WRITES and not WRITES & SEARCHES
+
+
+def test_shard_handles_forward_the_searcher_calls():
+    """What an Api replica calls on a shard deployment, over a stand-in for its handle."""
+    pytest.importorskip("ray")
+    from service.ray_serve import ShardHandle
+
+    class Handle:  # DeploymentHandle's shape: handle.read.remote(...).result()
+        def __init__(self, index: FakeIndex) -> None:
+            self.read = self
+            self.index = index
+
+        def remote(self, method: str, args: tuple, kwargs: dict) -> Any:
+            outcome = run_call(self.index, SEARCHES, method, *args, **kwargs)
+            return type("Response", (), {"result": lambda _: outcome})()
+
+    index, encoder = FakeIndex(), FakeEncoder()
+    docs = [Document("a", "a cat", {"n": 1}), Document("b", "a dog", {"n": 2})]
+    index.upsert(docs, encoder.encode([d.text for d in docs]))
+    shard = ShardHandle(Handle(index))
+    assert [h.id for h in shard.search(encoder.encode(["a cat"]), 1)[0]] == ["a"]
+    assert shard.count({"n": 2}) == 1 and shard.count(where=None) == 2
+    assert shard.get("b") == docs[1] and shard.get("nope") is None
+    with pytest.raises(UserError, match="filter"):
+        shard.count({"n": {"$nope": 1}})
 
 
 def test_engine_ray_without_ray_says_how_to_install():

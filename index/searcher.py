@@ -1,0 +1,88 @@
+"""The interface of an index that the service searches and writes, defined once for all of them:
+``index.live.LiveIndex`` (one directory), ``index.shards.ShardedIndex`` (shards searched together),
+and in ``service/``: a Ray Serve replica's read-only copy whose writes go to one writer
+(``ReplicaIndex``), a shard deployment seen from an API replica (``ShardHandle``) and the tests'
+``FakeIndex``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import numpy as np
+
+    from index.live import Hit
+    from index.store import Document
+
+
+class Searcher(Protocol):
+    """What a search asks of an index, or of each of its shards."""
+
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        nprobe: int | None = None,
+        where: dict[str, Any] | None = None,
+        rescore_k: int | None = None,
+    ) -> list[list[Hit]]:
+        """Top-k hits per query row; ``where``: a metadata filter (index/filters.py)."""
+        ...
+
+    def get(self, ext_id: str) -> Document | None: ...
+
+    def count(self, where: dict[str, Any] | None = None) -> int: ...
+
+
+# The methods a Searcher answers, by name (a shard deployment answers these and no others).
+SEARCHES = frozenset({"search", "get", "count"})
+
+
+class IndexLike(Searcher, Protocol):
+    """All the service uses of an index: searches, what /info reports, and the writes."""
+
+    # Read-only here: the service never sets them (a replica's or a sharded index's are properties).
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def nprobe(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def nlist(self) -> int: ...
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+
+    @property
+    def ntotal(self) -> int: ...
+
+    @property
+    def indexed_fields(self) -> tuple[str, ...]: ...
+
+    def add_field_index(self, field: str) -> bool: ...
+
+    def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]: ...
+
+    def delete(self, ext_ids: Sequence[str]) -> list[str]: ...
+
+    def checkpoint(self) -> None: ...
+
+    def retrain(
+        self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
+    ) -> dict[str, Any]: ...
+
+    def snapshot(self, out: Path) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+# The methods of an IndexLike that write, by name (what an index writer answers for its replicas).
+WRITES = frozenset({"upsert", "delete", "retrain", "checkpoint", "snapshot", "add_field_index"})
