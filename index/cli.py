@@ -56,7 +56,11 @@ def build_command(
         str, Opt(help=f"local (this process) or ray (a Ray cluster; the {escape('[ray]')} extra).")
     ] = "local",
     ray_address: Annotated[
-        str | None, Opt(envvar="RAY_ADDRESS", help="Ray cluster to use (default: start one on this machine).")
+        str | None,
+        Opt(
+            envvar="RAY_ADDRESS",
+            help="Ray cluster as HOST:PORT (GCS) or auto; not ray:// (default: start one here).",
+        ),
     ] = None,
     actors: Annotated[
         int | None, Opt(help="Ray encoder actors (default: cluster CPUs / --threads).", min=1)

@@ -18,6 +18,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from distilembed.artifacts import tool_versions
 from distilembed.errors import UserError
+from index.searcher import IndexLike
 from service import errors, openapi
 from service.auth import Access, AccessMiddleware, AccessTable, KeyRing, require_read, require_write
 from service.batcher import Batcher, EncoderLike
@@ -31,7 +32,7 @@ from service.routes_index import write_router as index_write_router
 from service.routes_ops import info_router, metrics_router
 from service.routes_ops import router as ops_router
 from service.settings import Settings
-from service.state import IndexLike, ServiceState, bundle_path
+from service.state import ServiceState, bundle_path
 
 log = logging.getLogger("distilembed.service")
 VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "fastapi", "uvicorn")
