@@ -1,4 +1,4 @@
-"""bench/batch_invariance.py on the tiny exported bundle: the shipped dynamic int8 graph's vectors
+"""bench/encode.py batch-invariance on the tiny exported bundle: the shipped dynamic int8 graph's
 move with their batch-mates, the calibrated static graph's and fp32's do not (decision 47)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from batch_invariance import alone_vs_batched, static_int8
+from encode import alone_vs_batched, static_int8
 
 from export.runtime import Encoder
 from tests.tiny_models import tiny_sentences

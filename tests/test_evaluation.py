@@ -17,13 +17,18 @@ from training import eval_cli
 from training.data.sts import STSPair
 from training.eval_cli import eval_command
 from training.evaluation import (
+    cosine_rows,
     evaluate_pairs,
     evaluate_sts,
     format_table,
     sentence_transformer_encoder,
-    spearman_cosine,
+    spearman_x100,
 )
 from training.teachers import resolve_model
+
+
+def spearman_cosine(emb1: np.ndarray, emb2: np.ndarray, gold: list[float]) -> float:
+    return spearman_x100(cosine_rows(emb1, emb2), gold)
 
 
 def test_spearman_cosine_hand_computed():

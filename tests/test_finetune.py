@@ -121,23 +121,20 @@ def test_an_interrupted_run_needs_resume_and_finishes_with_it(
 
 
 @pytest.mark.parametrize(
-    ("settings", "loss", "message"),
+    ("settings", "message"),
     [
-        ({}, "triplet", "unknown --loss 'triplet'"),
-        ({"finetune_lr": 0.0}, "simcse", "--finetune-lr must be positive"),
-        ({"finetune_temperature": -1.0}, "simcse", "--finetune-temperature must be positive"),
-        ({"finetune_data": "nli/missing.csv"}, "simcse", "missing.csv"),
-        ({"matryoshka_weights": [1, 2]}, "simcse", "needs a Matryoshka student"),
-        ({"finetune_patience": -1}, "simcse", "--finetune-patience must be >= 0"),
+        ({"finetune_lr": 0.0}, "--finetune-lr must be positive"),
+        ({"finetune_temperature": -1.0}, "--finetune-temperature must be positive"),
+        ({"finetune_data": "nli/missing.csv"}, "missing.csv"),
+        ({"matryoshka_weights": [1, 2]}, "needs a Matryoshka student"),
+        ({"finetune_patience": -1}, "--finetune-patience must be >= 0"),
     ],
 )
 def test_bad_settings_are_user_errors(
-    source: Path, nli_data: Path, tmp_path: Path, settings: dict, loss: str, message: str
+    source: Path, nli_data: Path, tmp_path: Path, settings: dict, message: str
 ) -> None:
     with pytest.raises(UserError, match=message):
-        finetune_checkpoint(
-            source, tmp_path / "x", {**SETTINGS, **settings}, loss=loss, data_dir=str(nli_data)
-        )
+        finetune_checkpoint(source, tmp_path / "x", {**SETTINGS, **settings}, data_dir=str(nli_data))
     assert not (tmp_path / "x.partial").exists()  # nothing to resume: the corrected command just runs
 
 

@@ -127,36 +127,6 @@ def test_truncated_and_memoised_encoders() -> None:
     assert calls == [["a", "b"], ["c"]]  # each distinct sentence encoded once
 
 
-def test_congen_width_temperatures_apply_at_their_width_only() -> None:
-    torch.manual_seed(2)
-    taus = {4: (0.07, 0.05)}  # (teacher, student) at width 4; width 8 keeps the paper's 0.05 / 0.07
-    loss = ConGenLoss(8, 8, queue_size=64, width_taus=taus)
-    loss.prefill(torch.randn(20, 8))
-    control, general, reference = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8)
-    widths = Widths((8, 4), (1.0, 2.0))
-    got = loss(control, general, reference, widths)
-    queue = loss.bank.vectors()
-    full = congen_loss(control, general, reference, queue)
-    narrow = congen_loss(
-        control[:, :4], general[:, :4], reference[:, :4], queue[:, :4], teacher_tau=0.07, student_tau=0.05
-    )
-    assert got.item() == pytest.approx((full + 2.0 * narrow).item(), rel=1e-5)
-    paper = congen_loss(control[:, :4], general[:, :4], reference[:, :4], queue[:, :4])
-    assert narrow.item() != pytest.approx(paper.item(), rel=1e-3)  # the temperatures did change it
-
-
-def test_width_temperatures_are_validated() -> None:
-    from distilembed.errors import UserError
-    from training.config import TrainConfig
-
-    ok = TrainConfig(method="congen", matryoshka=(128, 64), matryoshka_temperatures=(0.07, 0.05)).validate()
-    assert ok.matryoshka_temperatures == (0.07, 0.05)
-    with pytest.raises(UserError, match="one positive value per --matryoshka width"):
-        TrainConfig(method="congen", matryoshka=(128, 64), matryoshka_teacher_temperatures=(0.05,)).validate()
-    with pytest.raises(UserError, match="is ConGen's"):
-        TrainConfig(method="hpd", matryoshka=(128, 64), matryoshka_temperatures=(0.07, 0.05)).validate()
-
-
 def test_cli_comma_lists() -> None:
     from distilembed.errors import UserError
     from training.cli import comma_list
@@ -165,24 +135,6 @@ def test_cli_comma_lists() -> None:
     assert comma_list(None, int, "--matryoshka") is None
     with pytest.raises(UserError, match="--matryoshka-weights takes comma-separated floats"):
         comma_list("1,x", float, "--matryoshka-weights")
-
-
-def test_congen_full_targets_keep_the_teacher_distribution_at_full_width() -> None:
-    torch.manual_seed(3)
-    loss = ConGenLoss(8, 8, queue_size=64, full_targets=True)
-    loss.prefill(torch.randn(20, 8))
-    control, general, reference = torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8)
-    widths = Widths((8, 4, 2), (1.0, 0.5, 2.0))
-    got = loss(control, general, reference, widths)
-    queue = loss.bank.vectors()
-    want = sum(
-        c * congen_loss(control[:, :m], general[:, :m], reference, queue, student_queue=queue[:, :m])
-        for m, c in zip(widths.widths, widths.weights, strict=True)
-    )
-    assert got.item() == pytest.approx(want.item(), rel=1e-5)
-    prefix_loss = ConGenLoss(8, 8, queue_size=64)
-    prefix_loss.prefill(queue[:20])
-    assert got.item() != pytest.approx(prefix_loss(control, general, reference, widths).item(), rel=1e-3)
 
 
 def test_congen_teacher_space_takes_the_distribution_from_the_second_queue() -> None:

@@ -249,7 +249,6 @@ def test_quora_empty_is_an_error(tmp_path: Path) -> None:
 
 def test_hub_failure_is_a_one_line_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     datasets = pytest.importorskip("datasets")
-    from training.data.hub import load_hf_pairs, load_hf_sentences
 
     def offline(*args: object, **kwargs: object) -> None:
         raise ConnectionError("Couldn't reach 'nobody/nothing' on the Hub\nsecond line")
@@ -262,27 +261,19 @@ def test_hub_failure_is_a_one_line_user_error(monkeypatch: pytest.MonkeyPatch) -
     assert "nobody/nothing" in message
     assert "unreachable or the id is unknown" in message
     assert "local file" in message
-    with pytest.raises(UserError, match="unreachable"):
-        load_hf_sentences("nobody/nothing", column="text")
-    with pytest.raises(UserError, match="unreachable"):
-        load_hf_pairs()
 
 
 def test_hub_rows_map_to_records(monkeypatch: pytest.MonkeyPatch) -> None:
     datasets = pytest.importorskip("datasets")
-    from training.data.hub import load_hf_pairs, load_hf_triplets
+    from training.data.hub import load_hf_triplets
 
-    tables = {
-        "triplet": {"anchor": ["a", "b", "c"], "positive": ["p", "", "q"], "negative": ["n", "m", "o"]},
-        "pair-class": {"sentence1": ["x"], "sentence2": ["y"], "label": [1]},
-    }
+    tables = {"triplet": {"anchor": ["a", "b", "c"], "positive": ["p", "", "q"], "negative": ["n", "m", "o"]}}
     monkeypatch.setattr(
         datasets, "load_dataset", lambda _id, subset, split: datasets.Dataset.from_dict(tables[subset])
     )
     # limit cuts before the empty positive in row 2 is dropped.
     assert load_hf_triplets("x/y", limit=2) == [Triplet("a", "p", "n")]
     assert load_hf_triplets("x/y") == [Triplet("a", "p", "n"), Triplet("c", "q", "o")]
-    assert load_hf_pairs() == [Pair("x", "y", 1.0)]
     with pytest.raises(UserError, match="no column nope"):
         load_hf_triplets("x/y", columns=("anchor", "positive", "nope"))
 

@@ -9,7 +9,6 @@ import pytest
 
 from distilembed.errors import UserError
 from training.data.sts import (
-    MAX_LINE_WARNINGS,
     STSPair,
     find_sts_sets,
     load_stsb_split,
@@ -20,6 +19,7 @@ from training.data.sts import (
     read_stsb,
     read_stsb_by_genre,
 )
+from training.data.text import MAX_WARNINGS
 
 PROCESSED = [
     "main-captions\tMSRvid\t2012test\t0024\t2.500\ta girl is styling her hair ."
@@ -68,14 +68,14 @@ def test_read_stsb_skips_and_counts_malformed_rows(tmp_path, caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"{path}:2:" in m for m in messages)
     assert any(f"{path}:3:" in m and "not-a-number" in m for m in messages)
-    assert messages[-1] == f"{path}: skipped 3 malformed line(s)"
+    assert messages[-1] == f"{path}: skipped 3 malformed rows"
 
 
 def test_per_line_warnings_are_capped(tmp_path, caplog):
     path = write(tmp_path / "sts-test.csv", ["bad"] * 20 + [PROCESSED[0]])
     with caplog.at_level(logging.WARNING, logger="training.data.sts"):
         assert len(read_stsb(path)) == 1
-    assert len(caplog.records) == MAX_LINE_WARNINGS + 1
+    assert len(caplog.records) == MAX_WARNINGS + 1
     assert "skipped 20 malformed" in caplog.records[-1].getMessage()
 
 
@@ -253,7 +253,7 @@ def test_read_scored_pairs_takes_stsb_or_a_named_header(tmp_path, caplog):
     )
     with caplog.at_level(logging.WARNING):
         assert read_scored_pairs(tsv) == [STSPair("a cat", "a kitten", 0.9)]
-    assert "skipped 2 malformed line(s)" in caplog.text
+    assert "skipped 2 malformed rows" in caplog.text
     csv_file = tmp_path / "pairs.csv"
     csv_file.write_text('sentence1,sentence2,score\n"a dog, barking",a dog,4\n')
     assert read_scored_pairs(csv_file) == [STSPair("a dog, barking", "a dog", 4.0)]

@@ -43,30 +43,3 @@ def test_dim_must_not_exceed_hidden(tiny_bert) -> None:
 def test_unknown_student() -> None:
     with pytest.raises(UserError, match="model not found"):
         build_student("no-such-model-anywhere")
-
-
-def test_mlp_head_starts_as_any_linear_head(tiny_bert) -> None:
-    # GELU(x) - GELU(-x) = x: with the last weight [A, -A] the MLP head computes the linear head A x + b.
-    torch.manual_seed(0)
-    linear = build_student(str(tiny_bert), dim=8, max_seq_len=32)
-    mlp = build_student(str(tiny_bert), dim=8, max_seq_len=32, head="mlp")
-    assert [type(m).__name__ for m in mlp][2:] == ["Dense", "Dense", "Normalize"]
-    assert mlp[2].linear.weight.shape == (64, 32) and mlp[3].linear.weight.shape == (8, 64)
-    mlp[0].load_state_dict(linear[0].state_dict())
-    a, b = linear[2].linear.weight, linear[2].linear.bias
-    with torch.no_grad():
-        mlp[3].linear.weight.copy_(torch.cat([a, -a], dim=1))
-        mlp[3].linear.bias.copy_(b)
-    texts = ["a man is playing", "a dog ."]
-    assert torch.allclose(projected_embeddings(mlp, texts), projected_embeddings(linear, texts), atol=1e-5)
-
-
-def test_mlp_head_saves_and_reloads(tiny_bert, tmp_path) -> None:
-    from sentence_transformers import SentenceTransformer
-
-    student = build_student(str(tiny_bert), dim=8, max_seq_len=32, head="mlp")
-    student.save(str(tmp_path / "s"))
-    again = SentenceTransformer(str(tmp_path / "s"), device="cpu")
-    assert type(again[2].activation_function).__name__ == "GELU"
-    texts = ["a man is playing"]
-    assert torch.allclose(projected_embeddings(again, texts), projected_embeddings(student, texts), atol=1e-6)

@@ -5,7 +5,7 @@ import torch
 from tests.tiny_models import tiny_sentences
 from training.config import TrainConfig
 from training.losses.hpd import hpd_loss
-from training.methods.base import distill_loop, finetune_loop
+from training.methods.base import stage_loop
 from training.student import build_student, projected_embeddings
 from training.trainer import LoopConfig, Trainer, autocast_dtype, length_grouped_batches
 
@@ -123,5 +123,5 @@ def test_amp_autocasts_only_on_a_gpu_and_no_amp_reaches_both_stages() -> None:
     assert autocast_dtype("cuda", amp=False) is None
     assert autocast_dtype("cuda:0", amp=False) is None
     cfg = TrainConfig(amp=False)
-    assert distill_loop(cfg).amp is False and finetune_loop(cfg).amp is False
-    assert distill_loop(TrainConfig()).amp is True
+    assert stage_loop(cfg).amp is False and stage_loop(cfg, finetune=True).amp is False
+    assert stage_loop(TrainConfig()).amp is True

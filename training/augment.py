@@ -317,6 +317,39 @@ def augment_sentence(
     raise UserError(f"unknown augmentation {method!r}: choose from {', '.join(METHODS)}")
 
 
+def augmented_views(
+    texts: Sequence[str],
+    method: str,
+    seed: int,
+    *,
+    synonym_p: float = 0.3,
+    deletion_p: float = 0.1,
+    crop_ratio: float = 0.1,
+    wordnet: WordNetCorpusReader | None = None,
+    progress: bool = False,
+) -> list[str]:
+    """One view of each sentence by ``method`` (or ``none``: the sentence itself), in order. Each
+    sentence has its own rng seeded from ``seed``, the index and the method, so a view does not
+    depend on which other sentences or methods were asked for."""
+    if method == "none":
+        return list(texts)
+    if method == "synonym" and wordnet is None:
+        wordnet = ensure_wordnet()
+    rows = enumerate(tqdm(texts, desc=f"augment {method}", unit="sent", disable=not progress))
+    return [
+        augment_sentence(
+            text,
+            method,
+            random.Random(f"{seed}/{method}/{index}"),
+            synonym_p=synonym_p,
+            deletion_p=deletion_p,
+            crop_ratio=crop_ratio,
+            wordnet=wordnet,
+        )
+        for index, text in rows
+    ]
+
+
 def augment_corpus(
     texts: Sequence[str],
     methods: Sequence[str],
@@ -328,36 +361,22 @@ def augment_corpus(
     wordnet: WordNetCorpusReader | None = None,
     progress: bool = True,
 ) -> list[str]:
-    """Augmented copies, one per method per sentence, in corpus order then method order.
-
-    Outputs equal to their source (or to an earlier view of it) are skipped. Each (sentence,
-    method) has its own rng seeded from ``seed``, the index and the method, so a result does not
-    depend on which other sentences or methods were asked for.
-    """
+    """Augmented copies, one per method per sentence (:func:`augmented_views`), in corpus order then
+    method order; outputs equal to their source (or to an earlier view of it) are skipped."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UserError(f"unknown augmentation {unknown[0]!r}: choose from {', '.join(METHODS)}")
     for name, value in (("synonym_p", synonym_p), ("deletion_p", deletion_p), ("crop_ratio", crop_ratio)):
         _check_fraction(name, value)
-    if "synonym" in methods and wordnet is None:
-        wordnet = ensure_wordnet()
+    rates = {"synonym_p": synonym_p, "deletion_p": deletion_p, "crop_ratio": crop_ratio}
+    views = [augmented_views(texts, m, seed, **rates, wordnet=wordnet, progress=progress) for m in methods]
     out: list[str] = []
-    for index, text in enumerate(tqdm(texts, desc="augment", unit="sent", disable=not progress)):
-        views: set[str] = {text}
-        for method in methods:
-            rng = random.Random(f"{seed}/{method}/{index}")
-            new = augment_sentence(
-                text,
-                method,
-                rng,
-                synonym_p=synonym_p,
-                deletion_p=deletion_p,
-                crop_ratio=crop_ratio,
-                wordnet=wordnet,
-            )
-            if new not in views:
-                views.add(new)
-                out.append(new)
+    for index, text in enumerate(texts):
+        seen = {text}
+        for view in (by_method[index] for by_method in views):
+            if view not in seen:
+                seen.add(view)
+                out.append(view)
     return out
 
 

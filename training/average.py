@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
 from distilembed.errors import UserError
-from training.checkpoint import CURVE_JSON, CURVE_PNG, write_checkpoint
+from training.checkpoint import CURVE_JSON, CURVE_PNG, source_manifest, write_checkpoint
 
 log = logging.getLogger(__name__)
 NOT_COPIED = frozenset({"manifest.json", CURVE_JSON, CURVE_PNG})
@@ -103,10 +103,6 @@ def write_average(sources: Sequence[Path], folder: Path, weights: Sequence[float
     for name in names:
         averaged = average_state_dicts([load_file(str(source / name)) for source in sources], weights)
         save_file(averaged, str(folder / name), metadata={"format": "pt"})
-
-
-def _manifest_or_empty(path: Path) -> dict[str, Any]:
-    return read_manifest(path) if (path / "manifest.json").is_file() else {}
 
 
 def _source_record(path: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +191,7 @@ def average_checkpoints(
     mix = mixing_weights(weights, len(sources)) if weights is not None else None
     for source in sources:
         require_checkpoint(source)
-        if "rotate" in _manifest_or_empty(source):  # its Dense layer maps to its own rotated frame
+        if "rotate" in source_manifest(source):  # its Dense layer maps to its own rotated frame
             raise UserError(f"{source} was rotated (distilembed rotate): average the sources, then rotate")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".average-", dir=out.parent) as scratch:
@@ -208,7 +204,7 @@ def average_checkpoints(
         write_average(chosen, soup, mix)
         if score is not None and soup_score is None:
             soup_score = score(soup)
-        manifests = {source: _manifest_or_empty(source) for source in sources}
+        manifests = {source: source_manifest(source) for source in sources}
         first = manifests[chosen[0]]
         widths = common_matryoshka([manifests[source] for source in chosen])
         manifest = {

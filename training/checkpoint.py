@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from distilembed.artifacts import (
     atomic_write_json,
     git_commit,
     now_iso,
+    read_manifest,
     sha256_tree,
     tool_versions,
 )
@@ -70,3 +72,19 @@ def write_checkpoint(
         }
         atomic_write_json(tmp / "manifest.json", full)
     return out
+
+
+def source_manifest(path: Path) -> dict[str, Any]:
+    """A checkpoint's manifest, or {} for a sentence-transformers folder without one."""
+    return read_manifest(path) if (path / "manifest.json").is_file() else {}
+
+
+def save_checkpoint(
+    model: Any, out: Path, manifest: dict[str, Any], curve: list[dict[str, float]], overwrite: bool = False
+) -> dict[str, Any]:
+    """:func:`write_checkpoint` of a model in memory (saved beside ``out`` first); the full manifest."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as scratch:
+        model.save(str(Path(scratch) / "model"))
+        write_checkpoint(Path(scratch) / "model", out, manifest, curve, overwrite=overwrite)
+    return read_manifest(out)

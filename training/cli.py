@@ -1,201 +1,85 @@
 """Training-stage subcommands: ``train``, ``eval``, ``targets``, ``average``, ``whiten``, ``finetune``
-and ``rotate``.
+and ``rotate``. ``train``'s options other than ``--out`` and ``--preset`` are ``TrainConfig``'s fields
+(training/config.py holds each one's help).
 
-Heavy imports happen inside commands."""
+Heavy imports happen inside commands: every command line (``serve`` too) reads this module, and
+training/config.py imports no torch."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from dataclasses import Field, fields
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 import typer
 
 from distilembed.artifacts import require_checkpoint
 from distilembed.errors import UserError
 from training.cli_options import DataDir, Opt, comma_list
-
-BACKEND_HELP = "Teacher runtime: auto (onnx on a CPU, torch on a GPU) | torch | onnx."
-PATIENCE_HELP = "Stop after this many STS-B dev evaluations without a new best (0: never)."
-AMP_HELP = "Mixed precision (bf16 autocast) on a GPU; --no-amp trains in float32 there, as on a CPU."
-NOT_CONFIG = frozenset({"out", "preset", "data_dir", "resume", "overwrite"})
+from training.config import AMP_HELP, BACKEND_HELP, PATIENCE_HELP, PRESETS, TrainConfig
 
 
+def config_option(spec: Field[Any], kind: Any) -> inspect.Parameter:
+    """``train``'s option for a ``TrainConfig`` field: its flag, help and type, default None so that a
+    flag left out keeps the preset's value, and TrainConfig's default shown (what a run gets
+    without ``--preset``). A tuple of strings is a repeatable flag, one of numbers a comma list."""
+    flag = spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
+    if kind is bool and "/" not in flag:
+        flag = f"{flag}/--no-{flag[2:]}"
+    if get_origin(kind) is tuple:
+        kind = list[str] if get_args(kind)[0] is str else str
+    value = spec.default
+    if isinstance(value, bool):  # the flag that gives the default
+        shown = flag.split("/")[0 if value else 1].lstrip("-")
+    elif isinstance(value, tuple):
+        shown = ", ".join(map(str, value))
+    else:
+        shown = "" if value is None else str(value)
+    info = Opt(flag, help=spec.metadata["help"], show_default=shown or False)
+    return inspect.Parameter(
+        spec.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[kind | None, info]
+    )
+
+
+def with_config_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` with one keyword option per ``TrainConfig`` field that has help, after ``--preset``
+    (its ``**settings``)."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    hints = get_type_hints(TrainConfig)
+    options = [
+        config_option(spec, hints[spec.name]) for spec in fields(TrainConfig) if "help" in spec.metadata
+    ]
+    fixed = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.kind != p.VAR_KEYWORD]
+    parameters = [*fixed[:2], *options, *fixed[2:]]
+    command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    return command
+
+
+@with_config_options
 def train_command(
     out: Annotated[Path, Opt("--out", help="Checkpoint directory to write.")],
     preset: Annotated[
         str | None,
-        Opt(
-            help="smoke | hpd-mpnet | hpd-mpnet-cpu | congen-mpnet-cpu | congen-ens-mpnet-cpu | "
-            "congen-ens-hpd-cpu | congen-ens-mrl-cpu | ... (docs/training.md); flags override it."
-        ),
+        Opt(help=f"{' | '.join(PRESETS)} (docs/training.md); flags override it."),
     ] = None,
-    method: Annotated[
-        str | None,
-        Opt(help="Distillation method: hpd | ibkd | distilcse-kd | distilcse-ckd | simtde | congen."),
-    ] = None,
-    teacher: Annotated[str | None, Opt(help="Teacher folder, packaged name or hub id.")] = None,
-    ensemble_teacher: Annotated[
-        list[str] | None,
-        Opt(help="Another teacher, NAME[:WEIGHT] (default 0.3), cosines averaged by weight (repeatable)."),
-    ] = None,
-    student: Annotated[str | None, Opt(help="Student init folder, packaged name or hub id.")] = None,
-    layers: Annotated[int | None, Opt(help="Keep only K encoder layers of the student.")] = None,
-    dim: Annotated[int | None, Opt(help="Output dimension of the learnable projection.")] = None,
-    freeze_embeddings: Annotated[
-        bool | None, Opt("--freeze-embeddings/--train-embeddings", help="Keep word embeddings fixed.")
-    ] = None,
-    init_projection: Annotated[
-        str | None, Opt(help="random | ridge: fit the projection onto the targets before training.")
-    ] = None,
-    projection_sample: Annotated[
-        int | None, Opt(help="Training sentences the ridge warm start is fitted on.")
-    ] = None,
-    init_from: Annotated[
-        str | None,
-        Opt(help="Start from this finished checkpoint's weights (fresh optimiser): more epochs on a run."),
-    ] = None,
-    corpus: Annotated[str | None, Opt(help="Unlabeled corpus (.txt / .txt.gz).")] = None,
-    n_sentences: Annotated[int | None, Opt(help="Use the first N sentences of the corpus.")] = None,
-    skip_sentences: Annotated[
-        int | None, Opt(help="Skip the corpus's first N sentences (a fresh slice for --init-from).")
-    ] = None,
-    pca_sample: Annotated[int | None, Opt(help="Sentences the teacher PCA is fitted on.")] = None,
-    pca_fit: Annotated[
-        str | None, Opt(help="'corpus' or a data file (STS-B csv / text) whose sentences fit the PCA.")
-    ] = None,
-    train_on_pca_texts: Annotated[
-        bool | None,
-        Opt("--train-on-pca-texts/--no-train-on-pca-texts", help="Also distil on the PCA-fit sentences."),
-    ] = None,
-    extra_text: Annotated[
-        list[str] | None,
-        Opt(help="More unlabeled text: .txt(.gz), STS-B or NLI-triplet csv, SentEval SNLI dir (repeatable)."),
-    ] = None,
-    exclude_text: Annotated[
-        list[str] | None,
-        Opt(help="Drop every training sentence found in this source, e.g. STS-B test (repeatable)."),
-    ] = None,
-    augment: Annotated[list[str] | None, Opt(help="synonym, deletion and/or crop (repeatable).")] = None,
-    max_seq_len: Annotated[int | None, Opt()] = None,
-    teacher_batch_size: Annotated[int | None, Opt(help="Batch size for teacher targets.")] = None,
-    teacher_backend: Annotated[str | None, Opt(help=BACKEND_HELP)] = None,
-    batch_size: Annotated[int | None, Opt()] = None,
-    lr: Annotated[float | None, Opt()] = None,
-    layer_lr_decay: Annotated[
-        float | None, Opt(help="Each encoder layer trains at this times the rate of the one above (1: off).")
-    ] = None,
-    epochs: Annotated[float | None, Opt()] = None,
-    max_steps: Annotated[int | None, Opt()] = None,
-    eval_every: Annotated[int | None, Opt(help="Steps between STS-B dev evaluations.")] = None,
-    save_every: Annotated[int | None, Opt(help="Steps between resumable snapshots.")] = None,
-    patience: Annotated[int | None, Opt(help=PATIENCE_HELP)] = None,
-    keep_snapshots: Annotated[
-        bool | None,
-        Opt(
-            "--keep-snapshots/--no-keep-snapshots",
-            help="Keep the student of every dev evaluation in OUT.snapshots/<stage>/ (for `average`).",
-        ),
-    ] = None,
-    seed: Annotated[int | None, Opt()] = None,
-    device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
-    amp: Annotated[bool | None, Opt("--amp/--no-amp", help=AMP_HELP)] = None,
-    sts_dir: Annotated[str | None, Opt(help="STS data (default: <data-dir>/sts).")] = None,
-    queue_size: Annotated[
-        int | None, Opt(help="Teacher memory bank (distilcse-ckd) / instance queue (congen) rows.")
-    ] = None,
-    temperature: Annotated[
-        float | None, Opt(help="Stage-1 temperature (default: ibkd 0.1, distilcse-ckd 0.05, congen 0.07).")
-    ] = None,
-    teacher_temperature: Annotated[float | None, Opt(help="ConGen teacher temperature (0.05).")] = None,
-    hpd_weight: Annotated[
-        float | None, Opt(help="ConGen only: add this weight times HPD's MSE to the PCA targets (0: off).")
-    ] = None,
-    congen_views: Annotated[
-        list[str] | None, Opt("--congen-view", help="ConGen's two views: none, deletion, crop, synonym (x2).")
-    ] = None,
-    matryoshka: Annotated[
-        str | None,
-        Opt(help="Matryoshka widths, widest first from --dim, e.g. 128,64,32: the method's loss at each."),
-    ] = None,
-    matryoshka_weights: Annotated[
-        str | None, Opt(help="One weight per --matryoshka width, e.g. 1,1,1 (the default).")
-    ] = None,
-    matryoshka_temperatures: Annotated[
-        str | None,
-        Opt(help="ConGen: one student temperature per --matryoshka width (default: --temperature)."),
-    ] = None,
-    matryoshka_teacher_temperatures: Annotated[
-        str | None,
-        Opt(help="ConGen: one teacher temperature per --matryoshka width (default: --teacher-temperature)."),
-    ] = None,
-    matryoshka_targets: Annotated[
-        str | None,
-        Opt(
-            help="ConGen: each narrower width learns the teacher's PCA cut to it (prefix, the default) "
-            "or the teacher's full-width similarities (full)."
-        ),
-    ] = None,
-    pca_whiten: Annotated[
-        float | None,
-        Opt(
-            help="Partially whiten the PCA targets: component variances v become v^(1 - P); 0 keeps the PCA."
-        ),
-    ] = None,
-    target_reduction: Annotated[
-        str | None,
-        Opt(
-            help="Cut the teacher's targets to --dim by PCA (pca, the default) or by the PCA refitted "
-            "to keep each training sentence's neighbours (neighbourhood)."
-        ),
-    ] = None,
-    congen_teacher_space: Annotated[
-        str | None,
-        Opt(
-            help="ConGen: the teacher's similarity distribution from its PCA coordinates (pca, the "
-            "default) or from its own full-width embeddings (full)."
-        ),
-    ] = None,
-    token_dim: Annotated[int | None, Opt(help="SimTDE token-embedding width.")] = None,
-    student_arch: Annotated[
-        str | None, Opt(help="transformer | simtde (compact token embeddings, last K layers) for any method.")
-    ] = None,
-    head: Annotated[
-        str | None,
-        Opt(help="linear | mlp: the projection to --dim (mlp: a GELU layer, starting as the linear map)."),
-    ] = None,
-    sentence_weight: Annotated[
-        float | None, Opt(help="SimTDE sentence-term weight (default: --dim).")
-    ] = None,
-    finetune_data: Annotated[
-        str | None, Opt(help="Stage-2 NLI triplets of ibkd / distilcse-* (csv, SNLI dir or hf:ID).")
-    ] = None,
-    finetune_epochs: Annotated[float | None, Opt(help="Stage-2 epochs.")] = None,
-    finetune_lr: Annotated[float | None, Opt(help="Stage-2 learning rate.")] = None,
-    finetune_batch_size: Annotated[int | None, Opt(help="Stage-2 batch size (triplets).")] = None,
-    finetune_max_steps: Annotated[int | None, Opt(help="Stage-2 step cap.")] = None,
-    finetune_eval_every: Annotated[int | None, Opt(help="Stage-2 steps between dev evaluations.")] = None,
-    finetune_patience: Annotated[int | None, Opt(help="Stage-2 --patience.")] = None,
-    finetune_temperature: Annotated[float | None, Opt(help="Stage-2 temperature (0.05).")] = None,
     data_dir: DataDir = None,
     resume: Annotated[bool, Opt(help="Continue an interrupted run from its last snapshot.")] = False,
     overwrite: Annotated[bool, Opt(help="Replace an existing --out.")] = False,
+    **settings: Any,
 ) -> None:
     """Distil a teacher into a compact student and write an evaluated checkpoint."""
     from training.config import make_config
     from training.pipeline import run_training
     from training.report import print_training_summary
 
-    overrides = {k: v for k, v in locals().items() if k not in NOT_CONFIG}
-    overrides["ensemble_teachers"] = ensemble_teacher
-    overrides["matryoshka"] = comma_list(matryoshka, int, "--matryoshka")
-    overrides["matryoshka_weights"] = comma_list(matryoshka_weights, float, "--matryoshka-weights")
-    overrides["matryoshka_temperatures"] = comma_list(
-        matryoshka_temperatures, float, "--matryoshka-temperatures"
-    )
-    overrides["matryoshka_teacher_temperatures"] = comma_list(
-        matryoshka_teacher_temperatures, float, "--matryoshka-teacher-temperatures"
-    )
-    cfg = make_config(preset, overrides)
+    hints = get_type_hints(TrainConfig)
+    for name, value in settings.items():  # comma-separated numbers: --matryoshka 128,64,32
+        if isinstance(value, str) and get_origin(hints[name]) is tuple:
+            settings[name] = comma_list(value, get_args(hints[name])[0], f"--{name.replace('_', '-')}")
+    cfg = make_config(preset, settings)
     manifest = run_training(cfg, out, data_dir=data_dir, resume=resume, overwrite=overwrite)
     print_training_summary(manifest, out)
 
@@ -324,7 +208,6 @@ def finetune_command(
     data: Annotated[
         str, Opt(help="NLI triplets: csv sent0,sent1,hard_neg, a SentEval SNLI dir or hf:<dataset id>.")
     ] = "nli/snli_devtest_triplets.csv",
-    loss: Annotated[str, Opt(help="simcse (DistilCSE eq. 7) | ibkd (eq. 9: plus HSIC).")] = "simcse",
     exclude_text: Annotated[
         list[str] | None,
         Opt(help="Drop every triplet with a sentence of this source, besides the source run's (repeatable)."),
@@ -351,24 +234,14 @@ def finetune_command(
     """Fine-tune a finished student on NLI triplets (the two-stage methods' stage 2), STS-B dev selects."""
     from training.finetune import finetune_checkpoint
 
-    overrides = {
-        "finetune_data": data,
-        "finetune_epochs": epochs,
-        "finetune_lr": lr,
-        "finetune_batch_size": batch_size,
-        "finetune_max_steps": max_steps,
-        "finetune_eval_every": eval_every,
-        "finetune_patience": patience,
-        "finetune_temperature": temperature,
-        "seed": seed,
-        "device": device,
-        "amp": amp,
-        "sts_dir": sts_dir,
-        "exclude_text": exclude_text or [],
-        "matryoshka_weights": comma_list(matryoshka_weights, float, "--matryoshka-weights"),
-    }
+    stage = (data, epochs, lr, batch_size, max_steps, eval_every, patience, temperature)
+    names = ("data", "epochs", "lr", "batch_size", "max_steps", "eval_every", "patience", "temperature")
+    overrides = {f"finetune_{name}": value for name, value in zip(names, stage, strict=True)}
+    overrides |= {"seed": seed, "device": device, "amp": amp, "sts_dir": sts_dir}
+    overrides["exclude_text"] = exclude_text or []
+    overrides["matryoshka_weights"] = comma_list(matryoshka_weights, float, "--matryoshka-weights")
     manifest = finetune_checkpoint(
-        model, out, overrides, loss=loss, data_dir=data_dir, resume=resume, overwrite=overwrite
+        model, out, overrides, data_dir=data_dir, resume=resume, overwrite=overwrite
     )
     info = manifest["finetune"]
     typer.echo(
@@ -380,9 +253,8 @@ def finetune_command(
 def register(app: typer.Typer) -> None:
     from training.eval_cli import eval_command
     from training.rotate_cli import rotate_command
-    from training.train_help import PresetDefaultsCommand
 
-    app.command("train", cls=PresetDefaultsCommand)(train_command)
+    app.command("train")(train_command)
     app.command("eval")(eval_command)
     app.command("targets")(targets_command)
     app.command("average")(average_command)

@@ -11,10 +11,14 @@ from rich import box
 from rich.table import Table
 from scipy.stats import spearmanr
 
-from training.data.sts import STS_SET_ORDER, STSPair
+from training.data.sts import STS_SET_ORDER, STSPair, find_sts_sets
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sentence_transformers import SentenceTransformer
+
+    from training.losses.matryoshka import Widths
 
 EncodeFn = Callable[[list[str]], np.ndarray]
 AVG = "Avg."
@@ -40,11 +44,6 @@ def spearman_x100(predicted: Sequence[float] | np.ndarray, gold: Sequence[float]
     if len(pred) < 2 or np.all(pred == pred[0]) or np.all(ref == ref[0]):
         return math.nan
     return float(spearmanr(pred, ref).statistic) * 100
-
-
-def spearman_cosine(emb1: np.ndarray, emb2: np.ndarray, gold: Sequence[float]) -> float:
-    """Spearman x100 between the row-wise cosine of ``emb1``/``emb2`` and ``gold``."""
-    return spearman_x100(cosine_rows(emb1, emb2), gold)
 
 
 def pair_cosines(encode: EncodeFn, pairs: Sequence[STSPair]) -> np.ndarray:
@@ -151,6 +150,46 @@ def evaluate_model_pairs(
 ) -> float:
     """:func:`evaluate_pairs` for a SentenceTransformer (the STS-B dev score of training and soups)."""
     return evaluate_pairs(sentence_transformer_encoder(model, batch_size=batch_size), pairs)
+
+
+def dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
+    """The selection score: STS-B dev; for a Matryoshka student its mean over the trained widths."""
+
+    def dev_score(model: Any) -> float:
+        if not widths.nested:
+            return evaluate_model_pairs(model, dev_pairs)
+        encode = memoised(sentence_transformer_encoder(model, batch_size=128))
+        return float(np.mean([evaluate_pairs(truncated(encode, m), dev_pairs) for m in widths.widths]))
+
+    return dev_score
+
+
+def matryoshka_scores(
+    model: Any, sets: Mapping[str, Any], widths: Widths
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A student's STS scores at full width, and the Matryoshka report (the trained widths and
+    weights, and the STS scores at each narrower width), every sentence encoded once."""
+    encode = memoised(sentence_transformer_encoder(model, batch_size=128))
+    sts = evaluate_sts(encode, sets)
+    by_width = {m: evaluate_sts(truncated(encode, m), sets) for m in widths.widths[1:]}
+    report = {
+        "widths": list(widths.widths),
+        "weights": list(widths.weights),
+        "selection": "mean STS-B dev over the widths" if widths.nested else "STS-B dev",
+        "scores": {str(m): {k: round(v, 2) for k, v in r["scores"].items()} for m, r in by_width.items()},
+    }
+    return sts, report
+
+
+def final_scores(
+    best_dir: Path, device: str, sts_dir: Path, widths: Widths
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The best student, its STS scores at full width, and the Matryoshka report."""
+    from sentence_transformers import SentenceTransformer
+
+    best = SentenceTransformer(str(best_dir), device=device)
+    sts, report = matryoshka_scores(best, find_sts_sets(sts_dir), widths)
+    return best, sts, report
 
 
 def format_params(params: int | None) -> str:

@@ -21,29 +21,16 @@ from typing import Any
 from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
-from training.checkpoint import write_checkpoint
+from training.checkpoint import source_manifest, write_checkpoint
 from training.config import TrainConfig
 from training.data.sts import load_stsb_split
-from training.pipeline import StageClock, dev_scorer, final_scores, run_stages, stage_report, started_run
+from training.evaluation import dev_scorer, final_scores
+from training.pipeline import StageClock, run_stages, stage_report, started_run
 from training.trainer import remove_workdir, resolve_device
 
-FINETUNE_FIELDS = (
-    "finetune_data",
-    "finetune_epochs",
-    "finetune_lr",
-    "finetune_batch_size",
-    "finetune_max_steps",
-    "finetune_eval_every",
-    "finetune_patience",
-    "finetune_temperature",
-    "seed",
-    "device",
-    "amp",
-    "sts_dir",
-    "exclude_text",
-    "matryoshka_weights",
-)
-LOSSES = ("simcse", "ibkd")
+# What ``finetune`` may set: the stage-2 fields and the run's seed, device, data and Matryoshka weights.
+SHARED_FIELDS = {"seed", "device", "amp", "sts_dir", "exclude_text", "matryoshka_weights"}
+FINETUNE_FIELDS = {f.name for f in fields(TrainConfig) if f.name.startswith("finetune_")} | SHARED_FIELDS
 
 
 def source_config(source: Path, manifest: dict[str, Any]) -> TrainConfig:
@@ -69,7 +56,6 @@ def finetune_checkpoint(
     out: Path,
     overrides: dict[str, Any],
     *,
-    loss: str = "simcse",
     data_dir: str | None = None,
     resume: bool = False,
     overwrite: bool = False,
@@ -82,14 +68,12 @@ def finetune_checkpoint(
 
     from training.methods.finetune import nli_finetune_stage
 
-    if loss not in LOSSES:
-        raise UserError(f"unknown --loss {loss!r} (known: {', '.join(LOSSES)})")
     overrides = {k: v for k, v in overrides.items() if k != "matryoshka_weights" or v is not None}
     unknown = set(overrides) - set(FINETUNE_FIELDS)
     if unknown:
         raise ValueError(f"not fine-tuning settings: {sorted(unknown)}")
     require_checkpoint(source)
-    first = read_manifest(source) if (source / "manifest.json").is_file() else {}
+    first = source_manifest(source)
     base = source_config(source, first)
     # The source's exclusions always hold; --exclude-text adds to them.
     excluded = tuple(dict.fromkeys([*base.exclude_text, *overrides.pop("exclude_text", ())]))
@@ -105,7 +89,7 @@ def finetune_checkpoint(
     with started_run(cfg, out, resume, overwrite) as workdir:
         with clock.stage("data"):
             student = SentenceTransformer(str(source), device=device)
-            stage = nli_finetune_stage(cfg, student, data_dir, with_hsic=loss == "ibkd")
+            stage = nli_finetune_stage(cfg, student, data_dir, with_hsic=False)
             dev_pairs = load_stsb_split(sts_dir, "dev")
         dev_score = dev_scorer(dev_pairs, widths)
         done = run_stages([stage], student, workdir=workdir, dev_score=dev_score, clock=clock, resume=resume)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -19,22 +19,12 @@ from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
-from training.data.sts import distinct_sentences, find_sts_sets, load_stsb_split
+from training.data.sts import distinct_sentences, load_stsb_split
 from training.data.text import content_hash
-from training.evaluation import (
-    evaluate_model_pairs,
-    evaluate_pairs,
-    evaluate_sts,
-    evaluate_vectors,
-    memoised,
-    sentence_transformer_encoder,
-    truncated,
-)
+from training.evaluation import dev_scorer, evaluate_vectors, final_scores
 from training.losses.hpd import PCATargets
-from training.losses.matryoshka import Widths
 from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
 from training.student import count_parameters
-from training.target_reduction import fit_targets
 from training.teacher_ensemble import AnyTeacher, build_teacher, ensemble_weights
 from training.teachers import resolve_model
 from training.trainer import LoopState, Trainer, remove_workdir, resolve_device
@@ -114,26 +104,10 @@ def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str
     return pairs, distinct_sentences(pairs)
 
 
-def warm_teacher_targets(cfg: TrainConfig, data_dir: str | None = None) -> dict[str, int]:
-    """Fill the target cache with what every method's run of ``cfg`` shares (corpus, augmented
-    sets, PCA-fit sentences, STS-B dev/test), so parallel runs only read it (the cache has no lock)."""
-    teacher = build_teacher(
-        cfg.teacher,
-        cfg.ensemble_teachers,
-        device=resolve_device(cfg.device),
-        batch_size=cfg.teacher_batch_size,
-        backend=cfg.teacher_backend,
-    )
-    text = training_text(cfg, data_dir)
-    sets = {"corpus": text.corpus, "pca_fit": text.pca_fit, "pca_train": text.pca_train}
-    sets |= {f"extra:{s}": t for s, t in text.extra.items()}
-    sets |= {f"augment_{m}": s for m, s in zip(cfg.augment, augmented_sets(text.corpus, cfg), strict=True)}
-    sts_dir = resolve_data_path(cfg.sts_dir, data_dir)
-    sets |= {f"stsb_{split}": _reference_sentences(sts_dir, split)[1] for split in ("dev", "test")}
-    for sentences in sets.values():
-        if sentences:
-            teacher.targets(sentences)
-    return {name: len(sentences) for name, sentences in sets.items()}
+def run_teacher(cfg: TrainConfig, device: str) -> AnyTeacher:
+    """The run's teacher: ``--teacher`` with any ``--ensemble-teacher`` members."""
+    batch, backend = cfg.teacher_batch_size, cfg.teacher_backend
+    return build_teacher(cfg.teacher, cfg.ensemble_teachers, device=device, batch_size=batch, backend=backend)
 
 
 def _teacher_reference(teacher: AnyTeacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
@@ -228,46 +202,6 @@ def stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
     }
 
 
-def dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
-    """The selection score: STS-B dev; for a Matryoshka student its mean over the trained widths."""
-
-    def dev_score(model: Any) -> float:
-        if not widths.nested:
-            return evaluate_model_pairs(model, dev_pairs)
-        encode = memoised(sentence_transformer_encoder(model, batch_size=128))
-        return float(np.mean([evaluate_pairs(truncated(encode, m), dev_pairs) for m in widths.widths]))
-
-    return dev_score
-
-
-def matryoshka_scores(
-    model: Any, sets: Mapping[str, Any], widths: Widths
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A student's STS scores at full width, and the Matryoshka report (the trained widths and
-    weights, and the STS scores at each narrower width), every sentence encoded once."""
-    encode = memoised(sentence_transformer_encoder(model, batch_size=128))
-    sts = evaluate_sts(encode, sets)
-    by_width = {m: evaluate_sts(truncated(encode, m), sets) for m in widths.widths[1:]}
-    report = {
-        "widths": list(widths.widths),
-        "weights": list(widths.weights),
-        "selection": "mean STS-B dev over the widths" if widths.nested else "STS-B dev",
-        "scores": {str(m): {k: round(v, 2) for k, v in r["scores"].items()} for m, r in by_width.items()},
-    }
-    return sts, report
-
-
-def final_scores(
-    best_dir: Path, device: str, sts_dir: Path, widths: Widths
-) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The best student, its STS scores at full width, and the Matryoshka report."""
-    from sentence_transformers import SentenceTransformer
-
-    best = SentenceTransformer(str(best_dir), device=device)
-    sts, report = matryoshka_scores(best, find_sts_sets(sts_dir), widths)
-    return best, sts, report
-
-
 def run_training(
     cfg: TrainConfig,
     out: Path,
@@ -291,13 +225,7 @@ def run_training(
             texts, pca_texts = text.corpus, text.pca_fit
         with clock.stage("student"):
             student = build_method_student(cfg, texts, device)
-            teacher = build_teacher(
-                cfg.teacher,
-                cfg.ensemble_teachers,
-                device=device,
-                batch_size=cfg.teacher_batch_size,
-                backend=cfg.teacher_backend,
-            )
+            teacher = run_teacher(cfg, device)
         with clock.stage("augment"):
             extra_sets = augmented_sets(texts, cfg) + text.more_sets()
         with clock.stage("teacher_targets"):
@@ -310,13 +238,11 @@ def run_training(
                 "(raise --n-sentences or --pca-sample, or fit it on --pca-fit sts/stsbenchmark/sts-train.csv)"
             )
         with clock.stage("pca"):
-            pca, reduction = fit_targets(cfg, pca_fit_targets, base if pca_texts else None, teacher, sts_dir)
+            pca = PCATargets.fit(np.asarray(pca_fit_targets, dtype=np.float32), cfg.dim, cfg.seed)
             all_texts = texts + [t for s in extra_sets for t in s]
             targets = torch.from_numpy(
                 np.concatenate([pca.transform(base)] + [pca.transform(a) for a in aug_targets])
             )
-            scale = pca.scale if pca.scale is not None else np.ones(len(pca.components), np.float32)
-            np.savez(workdir / "pca.npz", mean=pca.mean, components=pca.components, scale=scale)
         with clock.stage("teacher_reference"):
             reference = _teacher_reference(teacher, pca, sts_dir)
             log.info("teacher reference: %s", reference)
@@ -359,7 +285,6 @@ def run_training(
             "layers": student_layers(cfg),
             "params": count_parameters(best),
             "dim": cfg.dim,
-            "head": cfg.head,
             "max_seq_len": cfg.max_seq_len,
         },
         "data": {
@@ -380,7 +305,6 @@ def run_training(
             "fit": cfg.pca_fit,
             "sample": len(pca_fit_targets),
             "explained_variance": round(float(pca.explained_variance_ratio.sum()), 4),
-            "reduction": reduction,
         },
         "teacher_cache": base_info,
         "training": {

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from sentence_transformers import SentenceTransformer
 
-from training.methods.base import tokenize
+from training.student import tokenize
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ identity, included). The fold is whitening's with a zero mean: ``A' = R^T A, b' 
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,16 +31,15 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from tqdm.auto import tqdm
 
-from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
+from distilembed.artifacts import require_checkpoint, sha256_tree
 from distilembed.errors import UserError
-from training.checkpoint import write_checkpoint
+from training.checkpoint import save_checkpoint, source_manifest
 from training.data.pairs import Triplet
 from training.data.sts import STSPair
-from training.evaluation import EncodeFn, evaluate_pairs, truncated, vector_lookup
+from training.evaluation import EncodeFn, evaluate_pairs, matryoshka_scores, truncated, vector_lookup
 from training.losses.correlation import pearson_loss
 from training.losses.distilcse import ContrastiveFinetuneLoss
 from training.losses.matryoshka import Widths, prefix
-from training.pipeline import matryoshka_scores
 from training.teachers import embedding_dimension
 from training.whitening import apply_whitening, dense_outputs
 
@@ -260,18 +258,13 @@ def rotate_checkpoint(
         lambda texts: dense_outputs(model, texts, batch_size=128, progress=True), dim, request
     )
     apply_whitening(model, np.zeros(dim), fit.rotation)
-    first = read_manifest(source) if (source / "manifest.json").is_file() else {}
+    first = source_manifest(source)
     sts, matryoshka = matryoshka_scores(model, sts_sets, widths)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".rotate-", dir=out.parent) as scratch:
-        folder = Path(scratch) / "model"
-        model.save(str(folder))
-        manifest = {
-            **{key: first[key] for key in CARRIED if key in first},
-            "method": first.get("method", "unknown"),
-            "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
-            "matryoshka": {**matryoshka, "fitted_by": "rotate"},  # widths are nested: selection is the mean
-            "rotate": rotation_record(source, fit, request),
-        }
-        write_checkpoint(folder, out, manifest, curve=fit.curve, overwrite=overwrite)
-    return read_manifest(out)
+    manifest = {
+        **{key: first[key] for key in CARRIED if key in first},
+        "method": first.get("method", "unknown"),
+        "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
+        "matryoshka": {**matryoshka, "fitted_by": "rotate"},  # widths are nested: selection is the mean
+        "rotate": rotation_record(source, fit, request),
+    }
+    return save_checkpoint(model, out, manifest, curve=fit.curve, overwrite=overwrite)

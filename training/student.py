@@ -5,6 +5,7 @@ and a learnable linear projection to d, saved as a plain sentence-transformers p
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from sentence_transformers import SentenceTransformer
@@ -60,10 +61,8 @@ def build_student(
     max_seq_len: int = 128,
     device: str = "cpu",
     freeze_embeddings: bool = False,
-    head: str = "linear",
 ) -> SentenceTransformer:
-    """Transformer(init, first-K-spread layers) -> mean Pooling -> the head -> Normalize, where the
-    head is Dense(hidden, dim) or, for ``head="mlp"``, :func:`mlp_head`'s two Dense layers."""
+    """Transformer(init, K evenly spread layers) -> mean Pooling -> Dense(hidden, dim) -> Normalize."""
     path = resolve_model(init)
     try:
         transformer = models.Transformer(path, max_seq_length=max_seq_len)
@@ -88,8 +87,8 @@ def build_student(
         # trades a little flexibility for speed.
         transformer.auto_model.get_input_embeddings().weight.requires_grad_(False)
     pooling = models.Pooling(hidden, pooling_mode="mean")
-    projection = mlp_head(hidden, dim) if head == "mlp" else [linear_head(hidden, dim)]
-    return SentenceTransformer(modules=[transformer, pooling, *projection, models.Normalize()], device=device)
+    modules = [transformer, pooling, linear_head(hidden, dim), models.Normalize()]
+    return SentenceTransformer(modules=modules, device=device)
 
 
 def linear_head(n_in: int, dim: int) -> nn.Module:
@@ -97,21 +96,6 @@ def linear_head(n_in: int, dim: int) -> nn.Module:
     nn.init.xavier_uniform_(dense.linear.weight)
     nn.init.zeros_(dense.linear.bias)
     return dense
-
-
-def mlp_head(hidden: int, dim: int) -> list[nn.Module]:
-    """Dense(hidden, 2 hidden, GELU) -> Dense(2 hidden, dim), able to start as a linear head.
-
-    GELU(x) - GELU(-x) = x Phi(x) + x Phi(-x) = x, so with the first weight [I; -I] the hidden layer
-    holds x exactly and a last weight [A, -A] computes A x: any linear head is a point of this one
-    (the ridge warm start finds at least as good a fit), and training can bend it. A narrow
-    Matryoshka prefix is otherwise a linear map of the pooled vector."""
-    expand = models.Dense(hidden, 2 * hidden, bias=True, activation_function=nn.GELU())
-    with torch.no_grad():
-        eye = torch.eye(hidden)
-        expand.linear.weight.copy_(torch.cat([eye, -eye]))
-        expand.linear.bias.zero_()
-    return [expand, linear_head(2 * hidden, dim)]
 
 
 def load_trained_weights(student: SentenceTransformer, checkpoint: str) -> None:
@@ -130,13 +114,29 @@ def load_trained_weights(student: SentenceTransformer, checkpoint: str) -> None:
     student.load_state_dict(theirs)
 
 
-def projected_embeddings(student: SentenceTransformer, texts: list[str]) -> torch.Tensor:
-    """The student's d-dim output before normalisation (what the distillation losses see)."""
+def tokenize(student: SentenceTransformer, texts: list[str]) -> dict[str, Any]:
+    """The student's tokenised batch, tensors on its device."""
     features = student.tokenize(texts)
-    features = {k: v.to(student.device) if torch.is_tensor(v) else v for k, v in features.items()}
+    return {k: v.to(student.device) if torch.is_tensor(v) else v for k, v in features.items()}
+
+
+def encoder_inputs(features: dict[str, Any]) -> dict[str, Any]:
+    """What the Hugging Face encoder itself takes of a tokenised batch."""
+    return {k: features[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in features}
+
+
+def projected(student: SentenceTransformer, features: dict[str, Any]) -> torch.Tensor:
+    """The student's d-dim output of a tokenised batch before normalisation (what the distillation
+    losses see); ``features`` is left as it was."""
+    out = dict(features)
     for module in list(student)[:-1]:  # everything but Normalize
-        features = module(features)
-    return features["sentence_embedding"]
+        out = module(out)
+    return out["sentence_embedding"]
+
+
+def projected_embeddings(student: SentenceTransformer, texts: list[str]) -> torch.Tensor:
+    """:func:`projected` of ``texts``."""
+    return projected(student, tokenize(student, texts))
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -6,9 +6,7 @@ scaled embeddings are concatenated, so for weights summing to 1 the target is a 
     cos(t(a), t(b)) = sum_k w_k cos(t_k(a), t_k(b))
 
 the weighted mean of the members' cosines. HPD's PCA then reduces the concatenation to ``dim``;
-the contrastive methods read the concatenated targets as they read one teacher's. Measured here
-(STS-B, Spearman x 100): all-mpnet-base-v2 88.11 dev / 83.42 test, all-MiniLM-L6-v2 86.72 / 82.03,
-the two at 0.7 / 0.3 88.41 / 83.73 (docs/methods.md).
+the contrastive methods read the concatenated targets as they read one teacher's.
 """
 
 from __future__ import annotations

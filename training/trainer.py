@@ -25,7 +25,6 @@ from transformers import get_linear_schedule_with_warmup
 
 from distilembed.artifacts import atomic_directory, atomic_write_json
 from distilembed.errors import UserError, first_line
-from training.layer_decay import layerwise_param_groups
 from training.student import load_trained_weights
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,6 @@ DevScore = Callable[[SentenceTransformer], float]
 class LoopConfig:
     batch_size: int = 64
     lr: float = 1e-4
-    layer_lr_decay: float = 1.0  # training/layer_decay.py; 1: one rate for every parameter
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     epochs: float = 1.0
@@ -121,8 +119,8 @@ class Trainer:
         self.extra_state = extra_state
         self.batches_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
         self.total_steps = cfg.max_steps or max(1, round(self.batches_per_epoch * cfg.epochs))
-        groups = layerwise_param_groups(student, self.extra, cfg.lr, cfg.layer_lr_decay)
-        self.optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        trainable = [p for p in student.parameters() if p.requires_grad] + self.extra
+        self.optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.scheduler = get_linear_schedule_with_warmup(
             self.optimizer, round(cfg.warmup_ratio * self.total_steps), self.total_steps
         )

@@ -1,6 +1,5 @@
 """Which text a training run distils on: the corpus slice, the PCA-fit sentences, ``--extra-text``
-sources and augmented copies, less every ``--exclude-text`` sentence. Warming the target cache
-(``bench/methods.py``) and training read it through ``training_text``, so both see the same sets."""
+sources and augmented copies, less every ``--exclude-text`` sentence."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def augmented_sets(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
 
 @dataclass
 class TrainingText:
-    """The text a run distils on, less the ``--exclude-text`` sentences; warming the target cache
-    and training read it through one function, so both see the same sets."""
+    """The text a run distils on, less the ``--exclude-text`` sentences."""
 
     corpus: list[str]  # ``n_sentences`` of the corpus after its first ``skip_sentences``
     corpus_dropped: int

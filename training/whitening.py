@@ -4,7 +4,7 @@ BERT-whitening (Su et al., *Whitening Sentence Representations for Better Semant
 Retrieval*, 2021, eq. 3-6) maps each vector x to ``(x - mu) W`` with ``W = U Lambda^(-1/2)`` from
 the covariance ``Sigma = U Lambda U^T`` of unlabeled sentences' vectors, so that the components are
 decorrelated and of equal variance. Full whitening of an already well-trained encoder also
-amplifies its noisiest directions, so the power is a knob (as in ``train --pca-whiten``)::
+amplifies its noisiest directions, so the power is a knob::
 
     x' = (x - mu) T,    T = U diag(lambda_i^(-p / 2)) U^T,    p in [0, 1]
 
@@ -21,16 +21,15 @@ mean and covariance are taken from the Dense layer's output before the pipeline'
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
+from distilembed.artifacts import require_checkpoint, sha256_tree
 from distilembed.errors import UserError
-from training.checkpoint import write_checkpoint
+from training.checkpoint import save_checkpoint, source_manifest
 from training.data.text import content_hash
 
 log = logging.getLogger(__name__)
@@ -136,7 +135,7 @@ def whiten_checkpoint(
         _check_power(power)
     if len(powers) > 1 and score is None:
         raise UserError("choosing between several powers needs a dev score")
-    first = read_manifest(source) if (source / "manifest.json").is_file() else {}
+    first = source_manifest(source)
     widths = list((first.get("matryoshka") or {}).get("widths") or [])
     if len(widths) > 1:
         raise UserError(
@@ -163,26 +162,21 @@ def whiten_checkpoint(
     power, (mean, transform) = fits[chosen]
     _restore(linear, weight, bias)
     apply_whitening(model, mean, transform)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".whiten-", dir=out.parent) as scratch:
-        folder = Path(scratch) / "model"
-        model.save(str(folder))
-        manifest = {
-            **{key: first.get(key) for key in ("teacher", "student", "config", "seconds")},
-            "scores": final_scores(model) if final_scores is not None else {},
-            "method": first.get("method", "unknown"),
-            "whiten": {
-                "source": {"path": str(source), "files": sha256_tree(source)},
-                "power": power,
-                "corpus": corpus,
-                "sentences": len(texts),
-                "texts_sha256": content_hash(list(texts)),
-                "source_dev_spearman": None if baseline is None else round(baseline, 2),
-                "candidates": candidates,
-                "dev_spearman": candidates[chosen]["dev_spearman"],
-            },
-        }
-        if "training" in first:
-            manifest["training"] = first["training"]
-        write_checkpoint(folder, out, manifest, curve=[], overwrite=overwrite)
-    return read_manifest(out)
+    manifest = {
+        **{key: first.get(key) for key in ("teacher", "student", "config", "seconds")},
+        "scores": final_scores(model) if final_scores is not None else {},
+        "method": first.get("method", "unknown"),
+        "whiten": {
+            "source": {"path": str(source), "files": sha256_tree(source)},
+            "power": power,
+            "corpus": corpus,
+            "sentences": len(texts),
+            "texts_sha256": content_hash(list(texts)),
+            "source_dev_spearman": None if baseline is None else round(baseline, 2),
+            "candidates": candidates,
+            "dev_spearman": candidates[chosen]["dev_spearman"],
+        },
+    }
+    if "training" in first:
+        manifest["training"] = first["training"]
+    return save_checkpoint(model, out, manifest, curve=[], overwrite=overwrite)

@@ -1,13 +1,12 @@
-"""Hugging Face Hub data sets via the ``datasets`` library, for users who are online."""
+"""NLI triplets from the Hugging Face Hub (``hf:ID``) via the ``datasets`` library, for users online."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from distilembed.errors import UserError
-from training.data.records import Pair, Triplet
+from training.data.records import Triplet
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +34,6 @@ def _load(dataset_id: str, subset: str | None, split: str, limit: int | None) ->
     return dataset
 
 
-def _columns(dataset: Any, names: Sequence[str], dataset_id: str) -> list[list[Any]]:
-    missing = [name for name in names if name not in dataset.column_names]
-    if missing:
-        raise UserError(
-            f"{dataset_id} has no column {', '.join(missing)} (columns: {', '.join(dataset.column_names)})"
-        )
-    return [list(dataset[name]) for name in names]
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value).strip()
-
-
-def _finish(kept: int, skipped: int, dataset_id: str, what: str) -> None:
-    if skipped:
-        log.warning("%s: skipped %d malformed rows (empty text or bad label)", dataset_id, skipped)
-    if not kept:
-        raise UserError(f"no {what} in {dataset_id}")
-
-
 def load_hf_triplets(
     dataset_id: str,
     subset: str | None = "triplet",
@@ -65,58 +44,16 @@ def load_hf_triplets(
 ) -> list[Triplet]:
     """(anchor, positive, negative) triplets, e.g. ``sentence-transformers/all-nli``."""
     dataset = _load(dataset_id, subset, split, limit)
-    out: list[Triplet] = []
-    skipped = 0
-    for row in zip(*_columns(dataset, columns, dataset_id), strict=True):
-        texts = [_text(value) for value in row]
-        if all(texts):
-            out.append(Triplet(*texts))
-        else:
-            skipped += 1
-    _finish(len(out), skipped, dataset_id, "triplets")
-    return out
-
-
-def load_hf_sentences(
-    dataset_id: str,
-    column: str = "text",
-    split: str = "train",
-    limit: int | None = None,
-    subset: str | None = None,
-) -> list[str]:
-    """Non-empty stripped texts of one column."""
-    dataset = _load(dataset_id, subset, split, limit)
-    (values,) = _columns(dataset, [column], dataset_id)
-    out = [text for text in map(_text, values) if text]
-    _finish(len(out), len(values) - len(out), dataset_id, "sentences")
-    return out
-
-
-def load_hf_pairs(
-    dataset_id: str = "sentence-transformers/quora-duplicates",
-    subset: str | None = "pair-class",
-    split: str = "train",
-    limit: int | None = None,
-    *,
-    columns: tuple[str, str, str] = ("sentence1", "sentence2", "label"),
-    id_column: str | None = None,
-) -> list[Pair]:
-    """Labelled pairs (text1, text2, label), e.g. Quora duplicates; ids from ``id_column`` if given."""
-    dataset = _load(dataset_id, subset, split, limit)
-    names = [*columns, id_column] if id_column else list(columns)
-    values = _columns(dataset, names, dataset_id)
-    ids = values[3] if id_column else [""] * len(values[0])
-    out: list[Pair] = []
-    skipped = 0
-    for text1, text2, label, pair_id in zip(*values[:3], ids, strict=True):
-        first, second = _text(text1), _text(text2)
-        try:
-            score = float(label)
-        except (TypeError, ValueError):
-            score = None
-        if first and second and score is not None:
-            out.append(Pair(first, second, score, _text(pair_id)))
-        else:
-            skipped += 1
-    _finish(len(out), skipped, dataset_id, "pairs")
+    missing = [name for name in columns if name not in dataset.column_names]
+    if missing:
+        raise UserError(
+            f"{dataset_id} has no column {', '.join(missing)} (columns: {', '.join(dataset.column_names)})"
+        )
+    values = [dataset[column] for column in columns]
+    rows = [["" if v is None else str(v).strip() for v in row] for row in zip(*values, strict=True)]
+    out = [Triplet(*texts) for texts in rows if all(texts)]
+    if len(out) < len(rows):
+        log.warning("%s: skipped %d malformed rows (empty text)", dataset_id, len(rows) - len(out))
+    if not out:
+        raise UserError(f"no triplets in {dataset_id}")
     return out

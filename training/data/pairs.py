@@ -4,46 +4,17 @@ from __future__ import annotations
 
 import csv
 import gzip
-import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.data.records import NLIPair, Pair, Triplet
-
-log = logging.getLogger(__name__)
+from training.data.text import RowLog
 
 TRIPLET_HEADER = ("sent0", "sent1", "hard_neg")
 NLI_LABELS = frozenset({"entailment", "neutral", "contradiction"})
-_MAX_WARNINGS = 5
-
-
-class _RowLog:
-    """Counts skipped rows and lines with replaced bytes in one file, warning for the first few."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.skipped = 0
-        self.replaced = 0
-
-    def skip(self, lineno: int, reason: str, path: Path | None = None) -> None:
-        self.skipped += 1
-        if self.skipped <= _MAX_WARNINGS:
-            log.warning("%s:%d: skipped malformed row: %s", path or self.path, lineno, reason)
-
-    def check_utf8(self, lineno: int, fields: Iterable[str]) -> None:
-        if any("\ufffd" in field for field in fields):
-            self.replaced += 1
-            if self.replaced <= _MAX_WARNINGS:
-                log.warning("%s:%d: invalid UTF-8 replaced", self.path, lineno)
-
-    def finish(self) -> None:
-        if self.skipped:
-            log.warning("%s: skipped %d malformed rows", self.path, self.skipped)
-        if self.replaced:
-            log.warning("%s: %d lines had invalid UTF-8", self.path, self.replaced)
 
 
 def _open(path: Path, newline: str) -> TextIO:
@@ -75,7 +46,7 @@ def _csv_rows(handle: TextIO, delimiter: str) -> Iterator[tuple[int, list[str]]]
 def read_nli_triplets(path: str | Path) -> list[Triplet]:
     """Triplets from a SimCSE-style csv with the header ``sent0,sent1,hard_neg``."""
     path = _check_file(path, "triplet file", ".csv")
-    rows = _RowLog(path)
+    rows = RowLog(path)
     out: list[Triplet] = []
     with _open(path, newline="") as handle:
         records = _csv_rows(handle, delimiter=",")
@@ -95,7 +66,7 @@ def read_nli_triplets(path: str | Path) -> list[Triplet]:
             if not all(texts):
                 rows.skip(lineno, "empty text")
                 continue
-            rows.check_utf8(lineno, texts)
+            rows.check_utf8(lineno, *texts)
             out.append(Triplet(*texts))
     rows.finish()
     if not out:
@@ -123,7 +94,7 @@ def read_senteval_snli(directory: str | Path, split: str) -> list[NLIPair]:
             for file, n in zip(files, map(len, (premises, hypotheses, labels)), strict=True)
         )
         raise UserError(f"SNLI files of split {split!r} in {directory} differ in line count ({counts})")
-    rows = _RowLog(files[2])
+    rows = RowLog(files[2])
     out: list[NLIPair] = []
     for lineno, (premise, hypothesis, label) in enumerate(zip(premises, hypotheses, labels, strict=True), 1):
         if label not in NLI_LABELS:
@@ -131,7 +102,7 @@ def read_senteval_snli(directory: str | Path, split: str) -> list[NLIPair]:
         elif not premise or not hypothesis:
             rows.skip(lineno, "empty text", files[0] if not premise else files[1])
         else:
-            rows.check_utf8(lineno, (premise, hypothesis))
+            rows.check_utf8(lineno, premise, hypothesis)
             out.append(NLIPair(premise, hypothesis, label))
     rows.finish()
     if not out:
@@ -159,7 +130,7 @@ def snli_to_triplets(pairs: Sequence[NLIPair]) -> list[Triplet]:
 def read_quora_pairs(path: str | Path) -> list[Pair]:
     """Quora duplicate-question pairs: ``is_duplicate \\t question1 \\t question2 \\t id``, no header."""
     path = _check_file(path, "Quora file", ".tsv")
-    rows = _RowLog(path)
+    rows = RowLog(path)
     out: list[Pair] = []
     with _open(path, newline="") as handle:
         for lineno, fields in _csv_rows(handle, delimiter="\t"):
@@ -172,7 +143,7 @@ def read_quora_pairs(path: str | Path) -> list[Pair]:
             elif not text1 or not text2:
                 rows.skip(lineno, "empty text")
             else:
-                rows.check_utf8(lineno, (text1, text2))
+                rows.check_utf8(lineno, text1, text2)
                 out.append(Pair(text1, text2, float(label), pair_id))
     rows.finish()
     if not out:

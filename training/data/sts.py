@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distilembed.errors import UserError
+from training.data.text import RowLog
 
 log = logging.getLogger(__name__)
 
-MAX_LINE_WARNINGS = 5
 STSB_FIELDS = 7
 SEARCH_DEPTH = 3
 
@@ -38,23 +38,6 @@ class STSPair:
 
 # A set is its pairs, or (STS12-16) its subsets' pairs by subset name.
 STSSets = dict[str, list[STSPair] | dict[str, list[STSPair]]]
-
-
-class _Skips:
-    """Counts malformed lines of one file; warns for the first few, then once in total."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.count = 0
-
-    def skip(self, lineno: int, why: str) -> None:
-        self.count += 1
-        if self.count <= MAX_LINE_WARNINGS:
-            log.warning("%s:%d: skipped malformed line (%s)", self.path, lineno, why)
-
-    def summary(self) -> None:
-        if self.count:
-            log.warning("%s: skipped %d malformed line(s)", self.path, self.count)
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -83,7 +66,7 @@ def _nonempty(pairs: list[STSPair], path: Path) -> list[STSPair]:
 def _stsb_rows(path: str | Path) -> list[tuple[str, STSPair]]:
     """(genre, pair) per usable line of an STS Benchmark csv, in file order."""
     path = Path(path)
-    skips = _Skips(path)
+    skips = RowLog(path)
     rows: list[tuple[str, STSPair]] = []
     for lineno, line in _lines(path):
         if not line.strip():
@@ -97,7 +80,7 @@ def _stsb_rows(path: str | Path) -> list[tuple[str, STSPair]]:
             skips.skip(lineno, f"bad score {fields[4]!r}")
             continue
         rows.append((fields[0].strip(), STSPair(fields[5].strip(), fields[6].strip(), score)))
-    skips.summary()
+    skips.finish()
     _nonempty([pair for _, pair in rows], path)
     return rows
 
@@ -131,14 +114,14 @@ def read_scored_pairs(path: str | Path) -> list[STSPair]:
                 f"{path}: want an STS Benchmark csv or a header with {', '.join(SCORED_COLUMNS)} "
                 f"(missing: {', '.join(missing)})"
             )
-        skips, pairs = _Skips(path), []
+        skips, pairs = RowLog(path), []
         for lineno, row in enumerate(reader, 2):
             score = _score(row["score"] or "")
             if score is None or not row["sentence1"] or not row["sentence2"]:
                 skips.skip(lineno, "no score or an empty sentence")
                 continue
             pairs.append(STSPair(row["sentence1"].strip(), row["sentence2"].strip(), score))
-    skips.summary()
+    skips.finish()
     return _nonempty(pairs, path)
 
 
@@ -158,7 +141,7 @@ def _read_senteval_subset(directory: Path, subset: str) -> list[STSPair]:
     gold = list(_lines(gold_path))
     if len(sentences) != len(gold):
         raise UserError(f"{inputs} has {len(sentences)} lines but {gold_path} has {len(gold)}")
-    skips = _Skips(inputs)
+    skips = RowLog(inputs)
     pairs: list[STSPair] = []
     for (lineno, line), (_, gold_line) in zip(sentences, gold, strict=True):
         if not gold_line.strip():
@@ -173,7 +156,7 @@ def _read_senteval_subset(directory: Path, subset: str) -> list[STSPair]:
             skips.skip(lineno, f"{len(fields)} field(s), want 2")
             continue
         pairs.append(STSPair(fields[0].strip(), fields[1].strip(), score))
-    skips.summary()
+    skips.finish()
     return _nonempty(pairs, inputs)
 
 
@@ -204,7 +187,7 @@ def read_sick(path: str | Path) -> list[STSPair]:
     if not all(name in header for name in wanted):
         raise UserError(f"not a SICK file (header lacks {', '.join(wanted)}): {path}")
     col_a, col_b, col_score = (header.index(name) for name in wanted)
-    skips = _Skips(path)
+    skips = RowLog(path)
     pairs: list[STSPair] = []
     for lineno, line in lines:
         if not line.strip():
@@ -218,7 +201,7 @@ def read_sick(path: str | Path) -> list[STSPair]:
             skips.skip(lineno, f"bad score {fields[col_score]!r}")
             continue
         pairs.append(STSPair(fields[col_a].strip(), fields[col_b].strip(), score))
-    skips.summary()
+    skips.finish()
     return _nonempty(pairs, path)
 
 

@@ -12,6 +12,31 @@ from pathlib import Path
 from distilembed.errors import UserError
 
 log = logging.getLogger(__name__)
+MAX_WARNINGS = 5  # per file and kind: the rest are counted in one closing line
+
+
+class RowLog:
+    """Counts a file's skipped rows and its lines with replaced bytes, warning for the first few."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.skipped, self.replaced = path, 0, 0
+
+    def skip(self, lineno: int, reason: str, path: Path | None = None) -> None:
+        self.skipped += 1
+        if self.skipped <= MAX_WARNINGS:
+            log.warning("%s:%d: skipped malformed row: %s", path or self.path, lineno, reason)
+
+    def check_utf8(self, lineno: int, *fields: str) -> None:
+        if any("\ufffd" in field for field in fields):
+            self.replaced += 1
+            if self.replaced <= MAX_WARNINGS:
+                log.warning("%s:%d: invalid UTF-8 replaced", self.path, lineno)
+
+    def finish(self) -> None:
+        if self.skipped:
+            log.warning("%s: skipped %d malformed rows", self.path, self.skipped)
+        if self.replaced:
+            log.warning("%s: %d lines had invalid UTF-8", self.path, self.replaced)
 
 
 def _open_text(path: Path):  # noqa: ANN202 - a text handle
@@ -27,19 +52,14 @@ def iter_sentences(path: str | Path) -> Iterator[str]:
         raise UserError(f"corpus not found: {path}")
     if path.suffix not in {".txt", ".gz"} or (path.suffix == ".gz" and not path.stem.endswith(".txt")):
         raise UserError(f"unknown corpus format (want .txt or .txt.gz): {path}")
-    bad = 0
+    rows = RowLog(path)
     with _open_text(path) as handle:
         for lineno, line in enumerate(handle, 1):
             text = line.strip()
-            if not text:
-                continue
-            if "\ufffd" in text:
-                bad += 1
-                if bad <= 5:
-                    log.warning("%s:%d: invalid UTF-8 replaced", path, lineno)
-            yield text
-    if bad:
-        log.warning("%s: %d lines had invalid UTF-8", path, bad)
+            if text:
+                rows.check_utf8(lineno, text)
+                yield text
+    rows.finish()
 
 
 def read_sentences(path: str | Path, limit: int | None = None, skip: int = 0) -> list[str]:

@@ -119,12 +119,8 @@ class ConGenLoss(nn.Module):
         student_tau: float = STUDENT_TAU,
         alpha: float = ALPHA,
         queue_size: int = QUEUE_SIZE,
-        full_targets: bool = False,
         space_dim: int | None = None,
-        width_taus: dict[int, tuple[float, float]] | None = None,
     ) -> None:
-        """``width_taus``: a Matryoshka width's own (teacher, student) temperatures; the others
-        keep ``teacher_tau`` / ``student_tau``."""
         super().__init__()
         self.head: nn.Module = (
             nn.Identity()
@@ -132,8 +128,6 @@ class ConGenLoss(nn.Module):
             else nn.Sequential(nn.Linear(student_dim, teacher_dim), nn.Tanh())
         )
         self.teacher_tau, self.student_tau, self.alpha = teacher_tau, student_tau, alpha
-        self.width_taus = dict(width_taus or {})
-        self.full_targets = full_targets or space_dim is not None
         self.bank = MemoryBank(queue_size, teacher_dim)
         # The same instances in the teacher's own space (its full width, before PCA): the teacher's
         # distribution is taken there; the student still compares with ``bank``.
@@ -163,12 +157,11 @@ class ConGenLoss(nn.Module):
         teacher_space: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Eq. 2, or with nested ``widths`` its Matryoshka sum. The student's views and the queue it
-        sees are cut to each width; the teacher's distribution is cut too (PCA coordinates, ordered
-        by variance) unless ``full_targets``, which keeps it at full width for every prefix, as
-        Kusupati et al.'s eq. 1 keeps one label for every width. With ``space_dim`` the teacher's
-        distribution is taken in its own space (``teacher_space``, (n, space_dim)), as in the
-        paper, where the student's head maps to the teacher's width; here the student compares
-        with the same instances' PCA coordinates instead of passing a head."""
+        sees are cut to each width; so is the teacher's distribution (PCA coordinates, ordered by
+        variance), unless ``space_dim`` takes it in the teacher's own space (``teacher_space``,
+        (n, space_dim)) for every width, as in the paper, where the student's head maps to the
+        teacher's width; here the student compares with the same instances' PCA coordinates instead
+        of passing a head."""
         teacher_reference = teacher_reference.float()
         if self.training:
             self.bank.enqueue(teacher_reference)  # once per batch, whatever the widths
@@ -183,18 +176,16 @@ class ConGenLoss(nn.Module):
             raise ValueError("Matryoshka ConGen needs the student and teacher widths equal (no head)")
 
         def at(m: int) -> torch.Tensor:
-            teacher_width = teacher_queue.shape[-1] if self.full_targets else m
-            same = self.space_bank is None and m == teacher_width
-            teacher_tau, student_tau = self.width_taus.get(m, (self.teacher_tau, self.student_tau))
+            own_space = self.space_bank is None  # the teacher's distribution cut to m, as the student's
             return congen_loss(
                 prefix(control, m),
                 prefix(general, m),
-                prefix(teacher_reference, teacher_width),
-                prefix(teacher_queue, teacher_width),
-                teacher_tau=teacher_tau,
-                student_tau=student_tau,
+                prefix(teacher_reference, m) if own_space else teacher_reference,
+                prefix(teacher_queue, m) if own_space else teacher_queue,
+                teacher_tau=self.teacher_tau,
+                student_tau=self.student_tau,
                 alpha=self.alpha,
-                student_queue=None if same else prefix(queue, m),
+                student_queue=None if own_space else prefix(queue, m),
             )
 
         return matryoshka_loss(at, widths)

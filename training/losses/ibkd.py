@@ -20,14 +20,16 @@ RBF is ``exp(-gamma ||a - b||^2)``, used here.)
 
 Stage 1, distillation (section 3.3, eq. 8): ``L_IB = -(score_nce - beta1 HSIC)``, which as a loss
 to minimise is ``CE_nce + beta1 * HSIC(X, S)``. Stage 2, fine-tuning (eq. 9-10): supervised
-InfoNCE over (anchor, positive, hard negatives) plus ``beta2 * HSIC``. Defaults are the paper's
-(section 4.3 and Table 1): gamma 0.5, beta1 1.0, beta2 0.5, tau 0.1 (stage 1) and 0.05 (stage 2).
+InfoNCE over (anchor, positive, hard negative) plus ``beta2 * HSIC``; with every hard negative of
+the batch in every row's denominator, as the reference code and SimCSE have it, eq. 10 is
+DistilCSE's eq. 7 (:func:`training.losses.distilcse.contrastive_finetune_loss`). Defaults are the
+paper's (section 4.3 and Table 1): gamma 0.5, beta1 1.0, beta2 0.5, tau 0.1 (stage 1) and 0.05
+(stage 2).
 
 X is left open by the paper. As in the reference code (``--lambdas2 0``: hidden state 0), X is the
 student's own input token embeddings (the embedding block's output) mean-pooled over the attention
 mask; see :func:`input_representation`. Kernel width: both inputs of HSIC are L2-normalised row-wise
-by default so ``gamma`` acts on squared distances in [0, 4] whatever the encoder's scale;
-``gamma=None`` picks the median heuristic instead.
+by default so ``gamma`` acts on squared distances in [0, 4] whatever the encoder's scale.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from training.losses.distilcse import contrastive_finetune_loss
 from training.losses.matryoshka import Widths, matryoshka_loss, prefix, prefix_linear
 
 STAGE1_TAU = 0.1
@@ -58,19 +61,14 @@ def info_nce(student: torch.Tensor, teacher: torch.Tensor, tau: float = STAGE1_T
     return F.cross_entropy(logits, labels)
 
 
-def rbf_kernel(x: torch.Tensor, gamma: float | None = GAMMA) -> torch.Tensor:
-    """Gram matrix ``exp(-gamma ||x_i - x_j||^2)``; ``gamma=None`` uses 1 / median of the distances."""
+def rbf_kernel(x: torch.Tensor, gamma: float = GAMMA) -> torch.Tensor:
+    """Gram matrix ``exp(-gamma ||x_i - x_j||^2)``."""
     norms = x.pow(2).sum(dim=-1)
     sq = (norms[:, None] + norms[None, :] - 2 * x @ x.T).clamp(min=0)  # no sqrt: smooth at 0
-    if gamma is None:
-        off = sq[~torch.eye(len(x), dtype=torch.bool, device=x.device)]
-        gamma = 1.0 / off.detach().median().clamp(min=1e-12).item() if off.numel() else 1.0
     return torch.exp(-gamma * sq)
 
 
-def hsic(
-    x: torch.Tensor, y: torch.Tensor, gamma: float | None = GAMMA, normalize: bool = True
-) -> torch.Tensor:
+def hsic(x: torch.Tensor, y: torch.Tensor, gamma: float = GAMMA, normalize: bool = True) -> torch.Tensor:
     """Eq. 6: the biased empirical HSIC of paired rows of x (m, p) and y (m, q), RBF kernels (eq. 7).
 
     ``normalize`` L2-normalises rows first, which fixes the kernel width's scale (see the module
@@ -98,65 +96,13 @@ def ibkd_distill_loss(
     *,
     tau: float = STAGE1_TAU,
     beta: float = BETA1,
-    gamma: float | None = GAMMA,
+    gamma: float = GAMMA,
 ) -> torch.Tensor:
     """Stage 1, eq. 8: ``InfoNCE(W s, t) + beta1 * HSIC(X, S)``.
 
     aligned (n, D): ``W s``; teacher (n, D); inputs (n, p): X; student (n, d): S.
     """
     return info_nce(aligned, teacher, tau) + beta * hsic(inputs, student, gamma)
-
-
-def supervised_info_nce(
-    anchor: torch.Tensor,
-    positive: torch.Tensor,
-    negatives: torch.Tensor,
-    tau: float = STAGE2_TAU,
-    share_negatives: bool = True,
-) -> torch.Tensor:
-    """Eq. 10 as a loss: cross-entropy over [cos(a_i, p_j)]_j and hard negatives, positive p_i.
-
-    anchor, positive: (n, d); negatives: (n, d) or (n, k, d), row i's hard negatives.
-    ``share_negatives=True`` puts every hard negative of the batch in every row's denominator, as
-    the reference code and SimCSE do; ``False`` keeps only row i's own k negatives, as eq. 10 reads.
-    """
-    if negatives.ndim == 2:
-        negatives = negatives.unsqueeze(1)
-    n, k, _ = negatives.shape
-    if anchor.shape != positive.shape or negatives.shape[0] != n or anchor.shape[0] != n:
-        raise ValueError(
-            f"shapes differ: anchor {tuple(anchor.shape)}, positive {tuple(positive.shape)}, "
-            f"negatives {tuple(negatives.shape)}"
-        )
-    a, p, neg = (F.normalize(t, dim=-1) for t in (anchor, positive, negatives))
-    pos_logits = a @ p.T / tau  # (n, n)
-    if share_negatives:
-        neg_logits = a @ neg.reshape(n * k, -1).T / tau  # (n, n*k)
-    else:
-        neg_logits = torch.einsum("nd,nkd->nk", a, neg) / tau  # (n, k)
-    logits = torch.cat([pos_logits, neg_logits], dim=1)
-    return F.cross_entropy(logits, torch.arange(n, device=anchor.device))
-
-
-def ibkd_finetune_loss(
-    anchor: torch.Tensor,
-    positive: torch.Tensor,
-    negatives: torch.Tensor,
-    inputs: torch.Tensor,
-    student: torch.Tensor,
-    *,
-    tau: float = STAGE2_TAU,
-    beta: float = BETA2,
-    gamma: float | None = GAMMA,
-    share_negatives: bool = True,
-) -> torch.Tensor:
-    """Stage 2, eq. 9: supervised InfoNCE (eq. 10) + ``beta2 * HSIC(X, S)``.
-
-    inputs / student: X and S for every sentence of the batch (anchors, positives, negatives
-    stacked), as the reference code computes HSIC over all of them.
-    """
-    nce = supervised_info_nce(anchor, positive, negatives, tau, share_negatives)
-    return nce + beta * hsic(inputs, student, gamma)
 
 
 def input_representation(auto_model: nn.Module, features: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -192,7 +138,7 @@ class IBKDLoss(nn.Module):
         *,
         tau: float = STAGE1_TAU,
         beta: float = BETA1,
-        gamma: float | None = GAMMA,
+        gamma: float = GAMMA,
     ) -> None:
         super().__init__()
         self.align = nn.Linear(student_dim, teacher_dim, bias=False)
@@ -221,35 +167,21 @@ class IBKDLoss(nn.Module):
 
 
 class IBKDFinetuneLoss(nn.Module):
-    """Stage-2 IBKD (no parameters): supervised InfoNCE with hard negatives + beta2 * HSIC."""
+    """Stage-2 IBKD (no parameters), eq. 9: supervised InfoNCE with hard negatives (eq. 10, see the
+    module docstring) + ``beta2 * HSIC(X, S)``, X and S of every sentence of the batch (anchors,
+    positives, negatives stacked), as the reference code computes HSIC over all of them."""
 
-    def __init__(
-        self,
-        *,
-        tau: float = STAGE2_TAU,
-        beta: float = BETA2,
-        gamma: float | None = GAMMA,
-        share_negatives: bool = True,
-    ) -> None:
+    def __init__(self, *, tau: float = STAGE2_TAU, beta: float = BETA2, gamma: float = GAMMA) -> None:
         super().__init__()
-        self.tau, self.beta, self.gamma, self.share_negatives = tau, beta, gamma, share_negatives
+        self.tau, self.beta, self.gamma = tau, beta, gamma
 
     def forward(
         self,
         anchor: torch.Tensor,
         positive: torch.Tensor,
-        negatives: torch.Tensor,
+        negative: torch.Tensor,
         inputs: torch.Tensor,
         student: torch.Tensor,
     ) -> torch.Tensor:
-        return ibkd_finetune_loss(
-            anchor.float(),
-            positive.float(),
-            negatives.float(),
-            inputs,
-            student,
-            tau=self.tau,
-            beta=self.beta,
-            gamma=self.gamma,
-            share_negatives=self.share_negatives,
-        )
+        nce = contrastive_finetune_loss(anchor.float(), positive.float(), negative.float(), self.tau)
+        return nce + self.beta * hsic(inputs, student, self.gamma)

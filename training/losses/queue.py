@@ -36,10 +36,6 @@ class MemoryBank(nn.Module):
     def __len__(self) -> int:
         return int(self.size)
 
-    @property
-    def full(self) -> bool:
-        return len(self) == self.capacity
-
     @torch.no_grad()
     def enqueue(self, vectors: torch.Tensor) -> None:
         """Append a (n, dim) batch; when full, the oldest rows are dropped first.
@@ -75,11 +71,3 @@ class MemoryBank(nn.Module):
         A view of the buffer: read it before the next :meth:`enqueue`.
         """
         return self.data[: int(self.size)]
-
-    def clear(self) -> None:
-        self.data.zero_()
-        self.head.zero_()
-        self.size.zero_()
-
-    def extra_repr(self) -> str:
-        return f"capacity={self.capacity}, dim={self.dim}, filled={len(self)}"

@@ -31,7 +31,6 @@ def build_method_student(cfg: TrainConfig, texts: list[str], device: str) -> Sen
             max_seq_len=cfg.max_seq_len,
             device=device,
             freeze_embeddings=cfg.freeze_embeddings,
-            head=cfg.head,
         )
     if cfg.init_from is not None:
         load_trained_weights(student, cfg.init_from)

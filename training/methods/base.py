@@ -18,6 +18,7 @@ from torch import nn
 
 from training.config import TrainConfig
 from training.losses.hpd import PCATargets
+from training.student import encoder_inputs, projected, tokenize
 from training.teacher_ensemble import AnyTeacher
 from training.trainer import BatchLoss, LoopConfig
 
@@ -56,58 +57,35 @@ class Stage:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def distill_loop(cfg: TrainConfig) -> LoopConfig:
-    """Stage-1 loop settings (the same for every method, so budgets compare)."""
-    return LoopConfig(
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        layer_lr_decay=cfg.layer_lr_decay,
-        warmup_ratio=cfg.warmup_ratio,
-        epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        eval_every=cfg.eval_every,
-        save_every=cfg.save_every,
-        seed=cfg.seed,
-        patience=cfg.patience,
-        amp=cfg.amp,
-    )
+def stage_loop(cfg: TrainConfig, finetune: bool = False) -> LoopConfig:
+    """Loop settings of stage 1 (the same for every method, so budgets compare) or, ``finetune``, of
+    the NLI stage: its ``finetune_*`` fields, a snapshot at every evaluation and the next seed."""
+    names = ("batch_size", "lr", "epochs", "max_steps", "eval_every", "patience")
+    loop = {name: getattr(cfg, f"finetune_{name}" if finetune else name) for name in names}
+    save_every = loop["eval_every"] if finetune else cfg.save_every
+    seed = cfg.seed + 1 if finetune else cfg.seed
+    return LoopConfig(**loop, save_every=save_every, warmup_ratio=cfg.warmup_ratio, seed=seed, amp=cfg.amp)
 
 
-def finetune_loop(cfg: TrainConfig) -> LoopConfig:
-    """Stage-2 loop settings (NLI fine-tuning)."""
-    return LoopConfig(
-        batch_size=cfg.finetune_batch_size,
-        lr=cfg.finetune_lr,
-        warmup_ratio=cfg.warmup_ratio,
-        epochs=cfg.finetune_epochs,
-        max_steps=cfg.finetune_max_steps,
-        eval_every=cfg.finetune_eval_every,
-        save_every=cfg.finetune_eval_every,
-        seed=cfg.seed + 1,
-        patience=cfg.finetune_patience,
-        amp=cfg.amp,
-    )
+def distill_stage(
+    inp: MethodInputs, batch_loss: BatchLoss, info: dict[str, Any], loss: nn.Module | None = None
+) -> Stage:
+    """Stage 1 over the training sentences; ``loss``'s parameters (training-only maps) train beside
+    the student, and its state (queues) is snapshotted for ``--resume``."""
+    extra = list(loss.parameters()) if loss is not None else []
+    lengths = text_lengths(inp.texts)
+    return Stage("train", batch_loss, lengths, stage_loop(inp.cfg), extra, extra_state=loss, info=info)
 
 
 def text_lengths(texts: list[str]) -> np.ndarray:
     return np.array([len(t) for t in texts])
 
 
-def tokenize(student: SentenceTransformer, texts: list[str]) -> dict[str, Any]:
-    """The student's tokenised batch, tensors on its device."""
-    features = student.tokenize(texts)
-    return {k: v.to(student.device) if torch.is_tensor(v) else v for k, v in features.items()}
-
-
 def encode_features(student: SentenceTransformer, texts: list[str]) -> tuple[dict[str, Any], torch.Tensor]:
     """(tokenised features, the d-dim output before Normalize) in one pass; the features keep
     ``input_ids`` / ``attention_mask`` for losses that need the inputs (IBKD's X)."""
     features = tokenize(student, texts)
-    inputs = {k: features[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in features}
-    out = dict(features)
-    for module in list(student)[:-1]:  # everything but Normalize
-        out = module(out)
-    return inputs, out["sentence_embedding"]
+    return encoder_inputs(features), projected(student, features)
 
 
 def pick(value: float | None, default: float) -> float:

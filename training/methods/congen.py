@@ -22,42 +22,22 @@ of the student's cloud free; HPD's term pins the coordinates themselves.
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import torch
 
-from training.augment import augment_sentence, ensure_wordnet
+from training.augment import augmented_views
 from training.losses.congen import STUDENT_TAU, TEACHER_TAU, ConGenLoss
 from training.losses.hpd import hpd_loss
 from training.losses.matryoshka import matryoshka_loss, prefix
-from training.methods.base import MethodInputs, Stage, distill_loop, encode_features, pick, text_lengths
-
-
-def aligned_views(texts: list[str], method: str, seed: int, deletion_p: float, synonym_p: float) -> list[str]:
-    """One augmented view per sentence, in order (unlike ``augment_corpus``, unchanged views stay);
-    ``none`` is the sentence itself."""
-    if method == "none":
-        return list(texts)
-    wordnet = ensure_wordnet() if method == "synonym" else None
-    return [
-        augment_sentence(
-            text,
-            method,
-            random.Random(f"{seed}/{method}/{index}"),
-            synonym_p=synonym_p,
-            deletion_p=deletion_p,
-            wordnet=wordnet,
-        )
-        for index, text in enumerate(texts)
-    ]
+from training.methods.base import MethodInputs, Stage, distill_stage, encode_features, pick
 
 
 def congen_stage(inp: MethodInputs) -> Stage:
     cfg, student = inp.cfg, inp.student
     first, second = cfg.congen_views
-    view1 = aligned_views(inp.texts, first, cfg.seed, cfg.deletion_p, cfg.synonym_p)
-    view2 = aligned_views(inp.texts, second, cfg.seed + 1, cfg.deletion_p, cfg.synonym_p)
+    rates = {"deletion_p": cfg.deletion_p, "synonym_p": cfg.synonym_p}
+    view1 = augmented_views(inp.texts, first, cfg.seed, **rates)
+    view2 = augmented_views(inp.texts, second, cfg.seed + 1, **rates)
     # The training sentences' full-width targets, when ConGen's distribution is taken in the teacher's
     # own space (--congen-teacher-space full): the prefill reads them, and the "none" view reuses them.
     full = inp.full_targets() if cfg.congen_teacher_space == "full" else None
@@ -68,23 +48,13 @@ def congen_stage(inp: MethodInputs) -> Stage:
         reference = torch.from_numpy(inp.pca.transform(view1_full))  # z_ref^T, PCA-d
         space = None if full is None else torch.from_numpy(np.asarray(view1_full, dtype=np.float16))
     widths = cfg.widths()
-    teacher_tau, student_tau = pick(cfg.teacher_temperature, TEACHER_TAU), pick(cfg.temperature, STUDENT_TAU)
-    width_taus = {
-        m: (
-            cfg.matryoshka_teacher_temperatures[i] if cfg.matryoshka_teacher_temperatures else teacher_tau,
-            cfg.matryoshka_temperatures[i] if cfg.matryoshka_temperatures else student_tau,
-        )
-        for i, m in enumerate(widths.widths)
-    }
     loss = ConGenLoss(
         cfg.dim,
         cfg.dim,
-        teacher_tau=teacher_tau,
-        student_tau=student_tau,
+        teacher_tau=pick(cfg.teacher_temperature, TEACHER_TAU),
+        student_tau=pick(cfg.temperature, STUDENT_TAU),
         queue_size=cfg.queue_size,
-        full_targets=cfg.matryoshka_targets == "full",
         space_dim=space.shape[1] if space is not None else None,
-        width_taus=width_taus,
     ).to(inp.device)
     rng = np.random.default_rng(cfg.seed)
     sample = torch.from_numpy(np.sort(rng.choice(len(inp.texts), min(cfg.queue_size, len(inp.texts)), False)))
@@ -104,24 +74,19 @@ def congen_stage(inp: MethodInputs) -> Stage:
             total = total + cfg.hpd_weight * mse
         return total
 
-    return Stage(
-        "train",
+    return distill_stage(
+        inp,
         batch_loss,
-        text_lengths(inp.texts),
-        distill_loop(cfg),
-        extra_params=list(loss.parameters()),
-        extra_state=loss,
-        info={
+        {
             "targets": "pca",
             "views": list(cfg.congen_views),
             "teacher_tau": loss.teacher_tau,
             "student_tau": loss.student_tau,
-            "width_taus": {str(m): list(taus) for m, taus in width_taus.items()},
             "queue_size": cfg.queue_size,
             "hpd_weight": cfg.hpd_weight,
-            "matryoshka_targets": cfg.matryoshka_targets,
             "teacher_space": cfg.congen_teacher_space,
             "prefill": len(sample),
             "view1_cache": view1_info,
         },
+        loss,
     )

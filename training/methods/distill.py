@@ -23,7 +23,7 @@ from training.losses.distilcse import DistilCSELoss
 from training.losses.hpd import hpd_loss
 from training.losses.ibkd import STAGE1_TAU, IBKDLoss, info_nce, input_representation
 from training.losses.matryoshka import matryoshka_loss, prefix, prefix_linear
-from training.methods.base import MethodInputs, Stage, distill_loop, encode_features, pick, text_lengths
+from training.methods.base import MethodInputs, Stage, distill_stage, encode_features, pick
 from training.student import projected_embeddings
 
 
@@ -36,7 +36,7 @@ def hpd_stage(inp: MethodInputs) -> Stage:
         target = targets[indices].to(emb.device)
         return matryoshka_loss(lambda m: hpd_loss(prefix(emb, m), prefix(target, m)), widths)
 
-    return Stage("train", batch_loss, text_lengths(texts), distill_loop(inp.cfg), info={"targets": "pca"})
+    return distill_stage(inp, batch_loss, {"targets": "pca"})
 
 
 def ibkd_stage(inp: MethodInputs) -> Stage:
@@ -57,14 +57,8 @@ def ibkd_stage(inp: MethodInputs) -> Stage:
             )
         return loss(emb, teacher, input_representation(encoder, features), widths)
 
-    return Stage(
-        "train",
-        batch_loss,
-        text_lengths(texts),
-        distill_loop(cfg),
-        extra_params=list(loss.parameters()),
-        extra_state=loss,
-        info={"targets": "full", "tau": tau, "beta1": loss.beta, "gamma": loss.gamma},
+    return distill_stage(
+        inp, batch_loss, {"targets": "full", "tau": tau, "beta1": loss.beta, "gamma": loss.gamma}, loss
     )
 
 
@@ -86,12 +80,4 @@ def distilcse_stage(inp: MethodInputs, contrastive: bool) -> Stage:
     info = {"targets": "full", "loss": "ckd" if contrastive else "kd"}
     if contrastive:
         info |= {"tau": tau, "queue_size": cfg.queue_size}
-    return Stage(
-        "train",
-        batch_loss,
-        text_lengths(texts),
-        distill_loop(cfg),
-        extra_params=list(loss.parameters()),
-        extra_state=loss,
-        info=info,
-    )
+    return distill_stage(inp, batch_loss, info, loss)

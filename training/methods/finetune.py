@@ -25,7 +25,7 @@ from training.data.pairs import Triplet, load_triplets
 from training.losses.distilcse import ContrastiveFinetuneLoss
 from training.losses.ibkd import IBKDFinetuneLoss, input_representation
 from training.losses.matryoshka import matryoshka_loss, prefix
-from training.methods.base import Stage, encode_features, finetune_loop, text_lengths
+from training.methods.base import Stage, encode_features, stage_loop, text_lengths
 
 
 def load_finetune_triplets(cfg: TrainConfig, data_dir: str | None) -> tuple[list[Triplet], int]:
@@ -76,6 +76,6 @@ def nli_finetune_stage(
         "finetune",
         batch_loss,
         text_lengths([t.anchor for t in triplets]),
-        finetune_loop(cfg),
+        stage_loop(cfg, finetune=True),
         info=info,
     )

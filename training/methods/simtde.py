@@ -21,13 +21,14 @@ from sentence_transformers import SentenceTransformer
 
 from training.config import TrainConfig
 from training.losses.simtde import SimTDELoss
-from training.methods.base import MethodInputs, Stage, distill_loop, text_lengths, tokenize
+from training.methods.base import MethodInputs, Stage, distill_stage
 from training.simtde_student import (
     build_simtde_student,
     simtde_forward,
     teacher_token_embedder,
     teacher_token_embeddings,
 )
+from training.student import tokenize
 
 DEFAULT_LAYERS = 3
 SAMPLE_TEXTS = 20_000
@@ -62,12 +63,10 @@ def simtde_stage(inp: MethodInputs) -> Stage:
         target = targets[indices].to(sentence.device)
         return loss(tokens, teacher_tokens, features["attention_mask"], sentence, target, widths=widths)
 
-    return Stage(
-        "train",
+    return distill_stage(
+        inp,
         batch_loss,
-        text_lengths(texts),
-        distill_loop(cfg),
-        info={
+        {
             "targets": "pca",
             "alpha": loss.alpha,
             "sentence_weight": weight,
