@@ -1,30 +1,26 @@
-"""Hostile clients against ``distilembed serve`` on 127.0.0.1, bounded in time and count.
+"""Hostile clients against ``distilembed serve`` on 127.0.0.1, bounded in time and count. Block
+``hostile`` (bench/harness.py: --no-doc, --render-from); JSON to --json (default
+docs/results/hostile.json; with --no-doc nowhere unless --json says); exit status 1 when a row fails.
 
-    python bench/hostile.py        # under a minute; rewrites block "hostile" of docs/results.md
-    python bench/hostile.py --idle 20 --slow 5 --requests 10 --header-timeout-s 1 --pace-s 0.3 --no-doc
+    python bench/hostile.py        # under a minute
 
-The server (--bundle, a fresh index in a temporary directory, every ``DISTILEMBED_*`` variable
-cleared but DISTILEMBED_HEADER_TIMEOUT_S: the flag, by default the service's own) meets six phases,
-each printing a line; then one table (phase, case, result, target, pass):
+The server (a fresh index, every ``DISTILEMBED_*`` variable cleared but DISTILEMBED_HEADER_TIMEOUT_S,
+--header-timeout-s: by default the service's own) meets six phases, a line each, then one table:
   1. baseline: p50/p95 of GET /health and of a one-sentence POST /v1/embeddings, --requests each,
      interleaved and sequential on one keep-alive connection;
-  2. siege: --idle connections that send nothing and --slow ones that trickle a request head (one
-     header line every --pace-s; bench/siege.py) are opened and held, with this process's open-file
-     limit raised to the hard one; meanwhile (until 0.8 x the timeout after the first opening) a
-     separate client measures the same figures: all 200, p50 at most 2x the unloaded one (the
-     baseline's samples pooled with as many measured again after the siege, so that a drift of a
-     shared machine falls on both sides). Each held connection's time from the start of its connect
-     to the server's close must be within header_timeout_s + --slack-s, the slow ones getting a
-     JSON 408 first; waiting stops 10 s past the timeout;
+  2. siege: --idle connections that send nothing and --slow ones that trickle a request head (a
+     header line every --pace-s) are held, this process's open-file limit raised to the hard one;
+     meanwhile (until 0.8 x the timeout after the first opening) another client measures the same
+     figures: all 200, p50 at most 2x the unloaded one (the baseline's samples pooled with as many
+     measured after the siege, so that a drift of a shared machine falls on both). Each held
+     connection must be closed within the timeout + --slack-s of its connect, a slow one after a
+     JSON 408; waiting stops 10 s past the timeout;
   3. poison documents: each a 4xx JSON error, not stored, after which /health, GET /documents/{id}
      of a normal document and /search answer 200;
   4. crafted filters on POST /search: a 4xx JSON error, or a 200 with exactly the right documents;
   5. a body over max_payload_bytes (a JSON 413) and malformed JSON (a JSON 400);
-  6. every response body of the run, GET /info and POST /index/snapshot included (the 408s too),
-     scanned for the server's temporary directory and the repository's absolute path.
-
-JSON goes to --json (default docs/results/hostile.json; with --no-doc nowhere unless --json says).
-The exit status is 1 when a row fails.
+  6. every response body of the run (GET /info, POST /index/snapshot and the 408s too) scanned for
+     the server's temporary directory and the repository's absolute path.
 """
 
 from __future__ import annotations
@@ -40,20 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness as h
 import httpx
 import numpy as np
+from http_load import Held, closes, json_out, save, serving, start_siege
 
 from service.connections import raise_open_file_limit
 from service.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import siege  # noqa: E402
-from harness import add_doc_args, markdown_table, publish, publish_saved, repo_path, run_info  # noqa: E402
-from http_harness import free_port, server  # noqa: E402
-
 BLOCK = "hostile"
-DEFAULT_JSON = ROOT / "docs" / "results" / "hostile.json"
 GIVE_UP_S = 10.0  # a held connection still open this long past its timeout: stop waiting (a fail)
 ERROR_KEYS = {"error", "type", "took_ms"}
 COLUMNS = ("phase", "case", "result", "target", "pass")
@@ -72,7 +63,6 @@ class Run:
 
     args: argparse.Namespace
     base: str
-    port: int
     tmp: Path
     client: httpx.Client
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -110,10 +100,8 @@ def latencies(base: str, n: int, deadline: float) -> tuple[dict[str, list[float]
     """ms of up to ``n`` GET /health and ``n`` one-sentence embeddings, interleaved, sequential on one
     keep-alive connection (opened by an untimed first pair), until ``deadline`` (monotonic); and how
     many of each kind were not a 200 (transport errors included)."""
-    calls = [
-        ("health", "GET", "/health", None),
-        ("embed", "POST", "/v1/embeddings", {"input": "a short sentence"}),
-    ]
+    embed = ("embed", "POST", "/v1/embeddings", {"input": "a short sentence"})
+    calls = [("health", "GET", "/health", None), embed]
     ms: dict[str, list[float]] = {kind: [] for kind, *_ in calls}
     not_200 = dict.fromkeys(ms, 0)
     with httpx.Client(base_url=base, timeout=30) as client:
@@ -158,17 +146,17 @@ def baseline(run: Run) -> None:
         )
 
 
-def under_siege(run: Run) -> None:
+def siege(run: Run) -> None:
     args, timeout = run.args, run.args.header_timeout_s
     raise_open_file_limit(args.idle + args.slow + 64)
-    helds = [siege.Held("idle") for _ in range(args.idle)] + [siege.Held("slow") for _ in range(args.slow)]
-    thread = siege.start(helds, run.port, args.pace_s, timeout + GIVE_UP_S)
-    first = min((h.opened for h in helds if h.opened is not None), default=time.monotonic())
+    helds = [Held("idle") for _ in range(args.idle)] + [Held("slow") for _ in range(args.slow)]
+    thread = start_siege(helds, int(run.base.rsplit(":", 1)[1]), args.pace_s, timeout + GIVE_UP_S)
+    first = min((x.opened for x in helds if x.opened is not None), default=time.monotonic())
     loaded, loaded_bad = latencies(run.base, args.requests, first + 0.8 * timeout)
     measured_until = time.monotonic()  # before any held connection's timeout
     thread.join(timeout + GIVE_UP_S + 30)
     after, after_bad = latencies(run.base, args.requests, float("inf"))  # unloaded again
-    n_open = sum(h.opened is not None for h in helds)
+    n_open = sum(x.opened is not None for x in helds)
     case = f"open {args.idle:,} idle + {args.slow:,} slow"
     run.row("siege", case, f"{n_open:,}/{len(helds):,} opened", "all", n_open == len(helds))
     ratios = {}
@@ -179,46 +167,38 @@ def under_siege(run: Run) -> None:
         result = f"p50 {pct(ms, 50):.2f} / {pct(unloaded, 50):.2f} ms ({drift}) = {ratios[kind]:.2f}x"
         result += f"; p95 {pct(ms, 95):.2f} / {pct(unloaded, 95):.2f}"
         run.row("siege", f"{kind}: loaded / unloaded", result, "p50 <= 2x", ratios[kind] <= 2)
-    early = sum(h.opened + h.closed_after_s < measured_until for h in helds if h.opened and h.closed_after_s)
+    early = sum(x.opened + x.closed_after_s < measured_until for x in helds if x.opened and x.closed_after_s)
     cell, ok = all_200(loaded, loaded_bad)
     cell += f"; {early} held closed meanwhile"
     run.row("siege", "requests while held", cell, "all 200, none closed", ok and not early)
     cell, ok = all_200(after, after_bad)
     run.row("siege", "requests after the siege", cell, "all 200", ok)
-    closes = {
-        k: siege.closes([h for h in helds if h.kind == k], timeout + args.slack_s) for k in ("idle", "slow")
-    }
-    for kind, c in closes.items():
+    closed = {k: closes([x for x in helds if x.kind == k], timeout + args.slack_s) for k in ("idle", "slow")}
+    for kind, c in closed.items():
         cell = f"{c['closed']:,}/{c['n']:,} closed"
         if c["closed"]:
             cell += f"; min {c['min_s']:.2f}, median {c['median_s']:.2f}, max {c['max_s']:.2f} s"
         limit = f"<= {timeout:g} + {args.slack_s:g} s"
         run.row("siege", f"{kind}: connect to close", cell, limit, c["within_limit"])
-    slow = [h for h in helds if h.kind == "slow"]
-    run.bodies += [h.received for h in slow]
+    slow = [x for x in helds if x.kind == "slow"]
+    run.bodies += [x.received for x in slow]
     got_408 = sum(
-        h.received.startswith(b"HTTP/1.1 408 ")
-        and json_error(408, h.received.partition(b"\r\n\r\n")[2]) == "request_timeout"
-        for h in slow
+        x.received.startswith(b"HTTP/1.1 408 ")
+        and json_error(408, x.received.partition(b"\r\n\r\n")[2]) == "request_timeout"
+        for x in slow
     )
     run.row("siege", "slow: JSON 408, then closed", f"{got_408:,}/{len(slow):,}", "all", got_408 == len(slow))
     run.figures["siege"] = {
-        "loaded": summary(loaded, loaded_bad),
-        "after": summary(after, after_bad),
-        "p50_loaded_over_unloaded": ratios,
-        "closes": closes,
-        "slow_408": got_408,
-        "errors": [h.error for h in helds if h.error],
-    }
+        "loaded": summary(loaded, loaded_bad), "after": summary(after, after_bad),
+        "p50_loaded_over_unloaded": ratios, "closes": closed, "slow_408": got_408,
+        "errors": [x.error for x in helds if x.error],
+    }  # fmt: skip
 
 
 def still_serving(run: Run) -> list[str]:
     """What fails of /health, GET /documents/normal and /search, and "stored" if the poison was."""
-    probes = {
-        "health": run.call("GET", "/health"),
-        "doc": run.call("GET", "/documents/normal"),
-        "search": run.call("POST", "/search", {"query": "a cat", "top_k": 5}),
-    }
+    probes = {"health": run.call("GET", "/health"), "doc": run.call("GET", "/documents/normal")}
+    probes["search"] = run.call("POST", "/search", {"query": "a cat", "top_k": 5})
     problems = [f"{what} {r.status_code}" for what, r in probes.items() if r.status_code != 200]
     return problems + (["stored"] if run.call("GET", "/documents/poison").status_code != 404 else [])
 
@@ -279,64 +259,41 @@ def limits(run: Run) -> None:
     ]
     for case, raw, status, kind in cases:
         response = run.call("POST", "/v1/embeddings", raw=raw.encode())
-        got, right = error_of(response), response.status_code == status
-        run.row(
-            "limits", case, f"{response.status_code} {got}", f"JSON {status} {kind}", right and got == kind
-        )
+        got = f"{response.status_code} {error_of(response)}"
+        run.row("limits", case, got, f"JSON {status} {kind}", got == f"{status} {kind}")
 
 
 def paths(run: Run) -> None:
     statuses = [run.call("GET", "/info").status_code, run.call("POST", "/index/snapshot").status_code]
-    named = {str(run.tmp).encode(), str(run.tmp.resolve()).encode(), str(ROOT).encode()}
+    named = {str(run.tmp).encode(), str(run.tmp.resolve()).encode(), str(h.ROOT).encode()}
     leaks = sum(any(p in body for p in named) for body in run.bodies)
     result = f"{len(run.bodies):,} bodies (info {statuses[0]}, snapshot {statuses[1]}); {leaks} name a path"
     case, ok = "server temp dir or repo path in an answer", not leaks and statuses == [200, 200]
     run.row("paths", case, result, "0", ok)
 
 
-PHASES: list[tuple[str, Callable[[Run], None]]] = [
-    ("baseline", baseline),
-    ("siege", under_siege),
-    ("poison", poison),
-    ("filters", filters),
-    ("limits", limits),
-    ("paths", paths),
-]
+PHASES: tuple[Callable[[Run], None], ...] = (baseline, siege, poison, filters, limits, paths)  # by name
 
 
 def attack(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "distilembed.cli", "serve", "--bundle", str(args.bundle.resolve())]
-    cmd += ["--index", str(tmp / "index"), "--create-index", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--log-level", "warning"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DISTILEMBED_")}
     env["DISTILEMBED_HEADER_TIMEOUT_S"] = str(args.header_timeout_s)
-    log = tmp / "serve.log"
-    with server(cmd, f"{base}/ready", log, env=env), httpx.Client(base_url=base, timeout=60) as client:
-        run = Run(args, base, port, tmp, client)
+    log, flags = tmp / "serve.log", ["--index", str(tmp / "index"), "--create-index"]
+    with (
+        serving(args.bundle.resolve(), flags, log, env=env) as (base, _),
+        httpx.Client(base_url=base, timeout=60) as client,
+    ):
+        run = Run(args, base, tmp, client)
         run.call("POST", "/documents", {"documents": [NORMAL, *FILTER_DOCS]}).raise_for_status()
-        for i, (name, phase) in enumerate(PHASES, 1):
+        for i, phase in enumerate(PHASES, 1):
             phase(run)
-            rows = [r for r in run.rows if r["phase"] == name]
+            rows = [r for r in run.rows if r["phase"] == phase.__name__]
             failed = ", ".join(r["case"] for r in rows if not r["pass"])
-            line = f"[{i}/{len(PHASES)}] {name}: {sum(r['pass'] for r in rows)}/{len(rows)} pass"
+            line = f"[{i}/{len(PHASES)}] {phase.__name__}: {sum(r['pass'] for r in rows)}/{len(rows)} pass"
             print(line + (f"; failed: {failed}" if failed else ""), flush=True)
     if not all(r["pass"] for r in run.rows):
         print(f"server log, last 3,000 characters:\n{log.read_text()[-3000:]}")
     return {**run.figures, "rows": run.rows}
-
-
-def report(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="Hostile clients (bench/hostile.py)")
-    for col in COLUMNS:
-        table.add_column(col)
-    for r in rows:
-        table.add_row(*(str(r[c]) for c in COLUMNS[:-1]), "yes" if r["pass"] else "NO")
-    Console(width=200).print(table)
 
 
 def render(result: dict[str, Any]) -> str:
@@ -348,13 +305,13 @@ def render(result: dict[str, Any]) -> str:
         f"figure; {m['cores']} cores, 1-minute load average {m['load_average']:.2f} as it began."
     )
     rows = [[*(r[c] for c in COLUMNS[:-1]), "yes" if r["pass"] else "**NO**"] for r in result["rows"]]
-    return f"{intro}\n\n{markdown_table(COLUMNS, rows, align='lllll')}"
+    return f"{intro}\n\n{h.markdown_table(COLUMNS, rows, align='lllll')}"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bundle", type=Path, default=ROOT / "models" / "default")
+    parser.add_argument("--bundle", type=Path, default=h.ROOT / "models" / "default")
     parser.add_argument("--requests", type=int, default=300, help="requests per latency figure")
     parser.add_argument("--idle", type=int, default=1000, help="connections that send nothing")
     parser.add_argument("--slow", type=int, default=200, help="connections that trickle a request head")
@@ -362,30 +319,18 @@ def main(argv: list[str] | None = None) -> int:
     default_timeout = Settings.model_fields["header_timeout_s"].default
     parser.add_argument("--header-timeout-s", type=float, default=default_timeout, help="the server's")
     parser.add_argument("--slack-s", type=float, default=1.0, help="how late past its timeout a close may be")
-    parser.add_argument("--json", type=Path, help=f"results JSON (default {DEFAULT_JSON.relative_to(ROOT)})")
-    add_doc_args(parser)
+    parser.add_argument("--json", type=Path, help="results JSON (default docs/results/hostile.json)")
+    h.add_doc_args(parser)
     args = parser.parse_args(argv)
-    if publish_saved(args, BLOCK, render):
+    if h.publish_saved(args, BLOCK, render):
         return 0
     sizes = {k: vars(args)[k] for k in ("requests", "idle", "slow", "pace_s", "header_timeout_s", "slack_s")}
-    result: dict[str, Any] = {
-        "meta": {
-            **sizes,
-            "bundle": repo_path(args.bundle),
-            "cores": os.cpu_count(),
-            "load_average": os.getloadavg()[0],
-        }
-    }
+    machine = {"cores": os.cpu_count(), "load_average": os.getloadavg()[0]}
+    result: dict[str, Any] = {"meta": {**sizes, "bundle": h.repo_path(args.bundle), **machine}}
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
         result |= attack(args, Path(tmp))
-    result["run"] = run_info("bench/hostile.py", argv)
-    report(result["rows"])
-    out = args.json or (None if args.no_doc else DEFAULT_JSON)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {out}")
-        publish(args, result, out, BLOCK, render)
+    result["run"] = h.run_info("bench/hostile.py", argv)
+    save(args, result, json_out(args, h.RESULTS / "hostile.json"), BLOCK, render)
     return 0 if all(r["pass"] for r in result["rows"]) else 1
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import serve
-
-RESULTS = serve.ROOT / "docs" / "results"
+from harness import RESULTS
 
 
 def test_no_doc_writes_no_json_unless_told_where(tmp_path: Path) -> None:
