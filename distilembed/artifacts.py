@@ -25,15 +25,11 @@ from distilembed.errors import UserError
 MANIFEST = "manifest.json"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 # mkstemp/mkdtemp create 0600/0700 entries; artifacts are shared (a bundle mounted into a container
 # runs as another uid), so they get the modes an ordinary open()/mkdir() would give.
-FILE_MODE, DIR_MODE = 0o666 & ~_umask(), 0o777 & ~_umask()
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+FILE_MODE, DIR_MODE = 0o666 & ~_UMASK, 0o777 & ~_UMASK
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -57,26 +53,20 @@ def sha256_tree(root: str | Path, exclude: frozenset[str] = frozenset({MANIFEST}
 def git_commit(cwd: Path | None = None) -> str | None:
     """HEAD's sha, with ``-dirty`` when tracked files differ from it (the artifact may not be
     reproducible from the commit alone); None outside a git checkout."""
+    command = ["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"]
+    here = cwd or Path(__file__).resolve().parent
     try:
-        out = subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=cwd or Path(__file__).resolve().parent,
-        )
+        sha = subprocess.check_output(command, text=True, stderr=subprocess.DEVNULL, cwd=here).strip()
     except (OSError, subprocess.CalledProcessError):
         return None
-    return out.stdout.strip() or None
+    return sha or None
 
 
 def tool_versions(*packages: str) -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for name in packages:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return versions
 
 
@@ -84,7 +74,7 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_json(path: str | Path, obj: Any) -> None:
     """Write to a temp file in the same directory, fsync, rename over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +82,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            handle.write((json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
             handle.flush()
             os.fsync(handle.fileno())
         Path(tmp).replace(path)
@@ -101,14 +91,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
-
-
 def read_manifest(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / MANIFEST
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    return json.loads((Path(directory) / MANIFEST).read_text(encoding="utf-8"))
 
 
 def require_checkpoint(folder: str | Path) -> Path:

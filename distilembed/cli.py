@@ -6,6 +6,7 @@ imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import sys
@@ -115,9 +116,8 @@ def missing_extra(exc: ModuleNotFoundError, args: list[str]) -> str | None:
     if words and extra in COMMAND_EXTRA_COVERS.get(words[0], ()):
         extra = words[0]
     command = " ".join(["distilembed", *words])
-    return (
-        f"{command} needs the '{extra}' extra ({module} is not installed): pip install 'distilembed[{extra}]'"
-    )
+    install = f"pip install 'distilembed[{extra}]'"
+    return f"{command} needs the '{extra}' extra ({module} is not installed): {install}"
 
 
 def _command_words(args: list[str]) -> list[str]:
@@ -141,12 +141,10 @@ def _click_exception_modules() -> list[Any]:
     import click
 
     modules: list[Any] = [click.exceptions]
-    try:
-        from typer import _click  # type: ignore[attr-defined, unused-ignore]  # absent before typer 0.29
+    with contextlib.suppress(ImportError):  # typer's vendored click is absent before typer 0.29
+        from typer import _click  # type: ignore[attr-defined, unused-ignore]
 
         modules.append(_click.exceptions)
-    except ImportError:
-        pass
     return modules
 
 

@@ -5,25 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from distilembed.errors import UserError
-
 
 def cache_dir() -> Path:
     """Root of on-disk caches (reassembled teachers, teacher targets): ``DISTILEMBED_CACHE_DIR``."""
-    root = os.environ.get("DISTILEMBED_CACHE_DIR") or Path.home() / ".cache" / "distilembed"
-    path = Path(root)
+    path = Path(os.environ.get("DISTILEMBED_CACHE_DIR") or Path.home() / ".cache" / "distilembed")
     path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def data_dir(explicit: str | Path | None = None) -> Path:
-    """The data root: an explicit flag wins, then ``DISTILEMBED_DATA_DIR``."""
-    value = explicit or os.environ.get("DISTILEMBED_DATA_DIR")
-    if not value:
-        raise UserError("no data directory: pass --data-dir or set DISTILEMBED_DATA_DIR")
-    path = Path(value).expanduser()
-    if not path.is_dir():
-        raise UserError(f"data directory not found: {path}")
     return path
 
 

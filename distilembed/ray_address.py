@@ -1,11 +1,10 @@
 """Joining a Ray cluster at an address, with a failure said in one line.
 
-``ray.init(address="host:port")`` with nothing listening there retries for minutes, printing
-connection warnings, before it fails; a TCP connect with a short timeout says the same in seconds.
-A cluster that answers but refuses this process (Ray's token auth: the cluster runs with
-``RAY_AUTH_MODE=token`` and this process sends no token, or another one) is asked again 20 times,
-a warning line a second from Ray's C++ client, before ``ray.init`` raises "Failed to connect":
-``join`` asks ``JOIN_ATTEMPTS`` times, holds those lines back and names the likely causes instead.
+``ray.init(address="host:port")`` with nothing listening there retries for minutes before it fails;
+a TCP connect with a short timeout says the same in seconds. A cluster that refuses this process's
+token (``RAY_AUTH_MODE=token``) is asked 20 times, a C++ warning line a second, before ``ray.init``
+raises "Failed to connect": ``join`` asks ``JOIN_ATTEMPTS`` times, holds those lines back and names
+the likely causes instead.
 """
 
 from __future__ import annotations
@@ -59,8 +58,7 @@ def require_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     if target is None:
         return
     try:
-        with socket.create_connection(target, timeout=timeout):
-            pass
+        socket.create_connection(target, timeout=timeout).close()
     except OSError as exc:
         raise UserError(
             f"cannot reach the Ray cluster at {address} ({exc.strerror or exc}): is `ray start --head` "
@@ -123,14 +121,13 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 @contextmanager
 def _attempts_at_most(attempts: int) -> Iterator[None]:
     """Ray's attempts to reach a cluster's GCS capped at ``attempts``, unless the user chose a number."""
-    if ATTEMPTS_VARIABLE in os.environ:
-        yield
-        return
-    os.environ[ATTEMPTS_VARIABLE] = str(attempts)
+    chosen = ATTEMPTS_VARIABLE in os.environ
+    os.environ.setdefault(ATTEMPTS_VARIABLE, str(attempts))
     try:
         yield
     finally:
-        os.environ.pop(ATTEMPTS_VARIABLE, None)
+        if not chosen:
+            os.environ.pop(ATTEMPTS_VARIABLE, None)
 
 
 @contextmanager

@@ -3,10 +3,9 @@
     distilembed serve                                    # models/default on 127.0.0.1:8080
     python examples/openai_embeddings.py --base-url http://127.0.0.1:8080/v1
 
-The service speaks OpenAI's ``/v1/embeddings``: ``model`` is accepted and ignored (the served model
-answers), ``dimensions`` keeps the first N dimensions and re-normalises, and the SDK's default
-``encoding_format="base64"`` is decoded by the SDK. Pass the service's key as ``--api-key`` when it
-has keys (``DISTILEMBED_READ_KEYS``); without keys any value is accepted.
+The service speaks OpenAI's ``/v1/embeddings``: ``model`` is ignored (the served model answers),
+``dimensions`` keeps the first N dimensions, re-normalised, and the SDK decodes its default
+``encoding_format="base64"``. ``--api-key``: the service's key, if it has keys (``DISTILEMBED_READ_KEYS``).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from distilembed.artifacts import (
     tool_versions,
 )
 from export.onnx_graph import export_onnx
+from export.quantize import calibrate
 from export.runtime import BUNDLE_KIND, MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder, cosines
 from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD, Smoothing, calibrate_smoothing
 from export.unfuse import unfuse_skip_layer_norm
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from export.onnx_graph import TransformerModule
 
 log = logging.getLogger(__name__)
+VERSIONED = ("onnx", "onnxruntime", "tokenizers", "torch", "transformers", "sentence-transformers")
 
 
 @dataclass(frozen=True)
@@ -46,17 +48,12 @@ def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
 
     # ELECTRA (the SimTDE student) has BERT layers; onnxruntime has no fusions under its own name.
     bert_like = {"bert", "electra", "mpnet", "roberta", "xlm-roberta"}
-    model_type = "bert" if config.model_type in bert_like else config.model_type
-    optimized = optimizer.optimize_model(
-        str(raw),
-        model_type=model_type,
-        num_heads=config.num_attention_heads,
-        hidden_size=config.hidden_size,
-        opt_level=1,
-    )
-    stats = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
-    unfused = unfuse_skip_layer_norm(optimized.model)
-    optimized.save_model_to_file(str(out))
+    kind = "bert" if config.model_type in bert_like else config.model_type
+    heads, hidden = config.num_attention_heads, config.hidden_size
+    graph = optimizer.optimize_model(str(raw), kind, num_heads=heads, hidden_size=hidden, opt_level=1)
+    stats = {k: v for k, v in graph.get_fused_operator_statistics().items() if v}
+    unfused = unfuse_skip_layer_norm(graph.model)
+    graph.save_model_to_file(str(out))
     if unfused:
         stats.pop("SkipLayerNormalization", None)
         stats["SkipLayerNormalization unfused to LayerNormalization"] = unfused
@@ -66,47 +63,39 @@ def optimize_graph(raw: Path, out: Path, config: Any) -> dict[str, int]:
 def quantize_graph(
     fp32: Path, out: Path, reduce_range: bool = False, smoothing: Smoothing | None = None
 ) -> dict[str, Any] | None:
-    """Dynamic int8, signed per-channel weights (fastest and most faithful on AVX2 here); with
-    ``reduce_range`` the weights use 7 bits (less faithful here, decision 52); with ``smoothing``
-    the graph is SmoothQuant-ed first (export/smooth.py, decision 55), and its record returned."""
-    logging.disable(logging.INFO)  # the quantizer logs one INFO line per fused MatMul on the root logger
-    try:
-        if smoothing is None:
-            _quantize_dynamic(fp32, out, reduce_range)
-            return None
-        import onnx
+    """Dynamic int8, signed per-channel weights (fastest and most faithful on AVX2 here). With
+    ``reduce_range`` the weights use 7 bits: onnxruntime's advice against u8 x s8 saturation on CPUs
+    without VNNI, measured further from fp32 on this AVX2 CPU (decision 52). With ``smoothing`` the
+    graph is SmoothQuant-ed first (export/smooth.py, decision 55), and its record returned."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    record: dict[str, Any] | None = None
+    source = fp32
+    if smoothing is not None:
         from export.smooth import smooth_model
 
         model = onnx.load(str(fp32))
         record = smooth_model(model, smoothing.maxima, smoothing.alpha, smoothing.min_spread)
-        smoothed = out.with_name(out.name + ".smooth.onnx")
-        onnx.save(model, str(smoothed))
-        try:
-            _quantize_dynamic(smoothed, out, reduce_range)
-        finally:
-            smoothed.unlink(missing_ok=True)
-        return record
+        source = out.with_name(out.name + ".smooth.onnx")
+        onnx.save(model, str(source))
+    logging.disable(logging.INFO)  # the quantizer logs one INFO line per fused MatMul on the root logger
+    try:
+        # Fused ops (SkipLayerNormalization, ...) live in the com.microsoft domain, where onnx shape
+        # inference gives up; their outputs are float32.
+        quantize_dynamic(
+            str(source),
+            str(out),
+            per_channel=True,
+            reduce_range=reduce_range,
+            weight_type=QuantType.QInt8,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
     finally:
         logging.disable(logging.NOTSET)
-
-
-def _quantize_dynamic(fp32: Path, out: Path, reduce_range: bool) -> None:
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    # Fused ops (SkipLayerNormalization, ...) live in the com.microsoft domain, where onnx shape
-    # inference gives up; their outputs are float32. reduce_range (7-bit weights) is onnxruntime's
-    # advice against u8 x s8 saturation on CPUs without VNNI; measured on this AVX2 CPU it moves the
-    # vectors further from fp32 (decision 52), so it is an option, not the default.
-    quantize_dynamic(
-        str(fp32),
-        str(out),
-        per_channel=True,
-        reduce_range=reduce_range,
-        weight_type=QuantType.QInt8,
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )
+        if source != fp32:
+            source.unlink(missing_ok=True)
+    return record
 
 
 def _parity(model: Any, encoders: dict[str, Encoder], texts: list[str]) -> dict[str, float]:
@@ -136,15 +125,7 @@ def write_bundle_manifest(tmp: Path, extra: dict[str, Any]) -> dict[str, Any]:
         "kind": BUNDLE_KIND,
         "created": now_iso(),
         "git_commit": git_commit(),
-        "versions": tool_versions(
-            "onnx",
-            "onnxruntime",
-            "tokenizers",
-            "torch",
-            "transformers",
-            "sentence-transformers",
-            "distilembed",
-        ),
+        "versions": tool_versions(*VERSIONED, "distilembed"),
         **extra,
         "files": sha256_tree(tmp),
     }
@@ -169,13 +150,9 @@ def build_bundle(
 ) -> dict[str, Any]:
     """Export, fuse, quantise, check parity and write a bundle; raise BundleError if the gate fails.
 
-    ``sts_scores``, when given, is a callable ``encode_fn -> STS-B test Spearman`` used to bound
-    the int8 quality loss against the PyTorch model. ``calibration_texts``, when given, are encoded
-    with the int8 graph for the int8/uint8 embedding ranges (export/quantize.py) in the manifest.
-    ``reduce_range`` quantises the graph's weights to 7 bits instead of 8 (decision 52).
-    ``smooth_texts``, when given, calibrate SmoothQuant at ``smooth_alpha`` before quantising, on
-    the inputs whose channel spread reaches ``smooth_min_spread`` (export/smooth.py, decision 55).
-    """
+    ``sts_scores`` (``encode_fn -> STS-B test Spearman``) bounds the int8 loss against PyTorch;
+    ``calibration_texts`` give the manifest int8/uint8 embedding ranges (export/quantize.py);
+    ``smooth_texts`` calibrate SmoothQuant before quantising (export/smooth.py, decision 55)."""
     from training.teachers import load_sentence_encoder, resolve_model
 
     gate = gate or ParityGate()
@@ -183,9 +160,9 @@ def build_bundle(
     model = load_sentence_encoder(source, device="cpu").eval()
     transformer = cast("TransformerModule", model[0])  # export_onnx checks it is one
     with atomic_directory(out, overwrite=overwrite) as tmp:
-        raw = tmp / "model.raw.onnx"
+        raw, fp32 = tmp / "model.raw.onnx", tmp / MODEL_FILES["fp32"]
         info = export_onnx(model, raw)
-        fused = optimize_graph(raw, tmp / MODEL_FILES["fp32"], transformer.auto_model.config)
+        fused = optimize_graph(raw, fp32, transformer.auto_model.config)
         raw.unlink()
         transformer.tokenizer.backend_tokenizer.save(str(tmp / TOKENIZER_FILE))
         pad_id = int(transformer.tokenizer.pad_token_id or 0)
@@ -195,13 +172,9 @@ def build_bundle(
         )
         smoothing: Smoothing | None = None
         if smooth_texts:
-            reader = Encoder(tmp, variant="fp32", verify=False)
-            smoothing = calibrate_smoothing(
-                tmp / MODEL_FILES["fp32"], reader.feed_batches(smooth_texts), smooth_alpha, smooth_min_spread
-            )
-        smoothed = quantize_graph(
-            tmp / MODEL_FILES["fp32"], tmp / MODEL_FILES["int8"], reduce_range, smoothing
-        )
+            batches = Encoder(tmp, variant="fp32", verify=False).feed_batches(smooth_texts)
+            smoothing = calibrate_smoothing(fp32, batches, smooth_alpha, smooth_min_spread)
+        smoothed = quantize_graph(fp32, tmp / MODEL_FILES["int8"], reduce_range, smoothing)
         encoders = {variant: Encoder(tmp, variant=variant, verify=False) for variant in ("fp32", "int8")}
         figures = _parity(model, encoders, parity_texts)
         if sts_scores is not None:
@@ -210,14 +183,11 @@ def build_bundle(
             )
             for variant, encoder in encoders.items():
                 figures[f"stsb_test_{variant}"] = round(sts_scores(encoder.encode), 2)
-        failures = _gate_failures(figures, gate)
-        if failures:
+        if failures := _gate_failures(figures, gate):
             raise BundleError(f"parity gate failed: {'; '.join(failures)} (figures: {figures})")
         widths = trained_widths(Path(source), info.dim)
         quantization = {}
         if calibration_texts:
-            from export.quantize import calibrate
-
             record = calibrate(encoders["int8"].encode, calibration_texts, widths, calibration_source)
             quantization = {"quantization": record}
         manifest = write_bundle_manifest(

@@ -12,26 +12,16 @@ from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD, SMOOTH_TEXTS
 Opt = typer.Option
 
 
-def _stsb_pairs(sts_dir: str | None, data_dir: str | None, split: str) -> list[Any]:
+def _stsb(sts_dir: str | None, data_dir: str | None, split: str = "test") -> tuple[list[Any], list[str]]:
+    """STS-B pairs of ``split`` and their distinct sentences (the parity and STS-B figures' texts)."""
     from distilembed.paths import resolve_data_path
-    from training.data.sts import load_stsb_split
+    from training.data.sts import distinct_sentences, load_stsb_split
 
-    return load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), split)
-
-
-def _stsb_test(sts_dir: str | None, data_dir: str | None) -> tuple[list[Any], list[str]]:
-    """STS-B test pairs and their distinct sentences (the parity and STS-B figures' texts)."""
-    from training.data.sts import distinct_sentences
-
-    pairs = _stsb_pairs(sts_dir, data_dir, "test")
+    pairs = load_stsb_split(resolve_data_path(sts_dir or "sts", data_dir), split)
     return pairs, distinct_sentences(pairs)
 
 
-export_app = typer.Typer(
-    help="Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch; "
-    "`export calibrate` adds int8/uint8 embedding ranges to a bundle.",
-    invoke_without_command=True,
-)
+export_app = typer.Typer(invoke_without_command=True)
 
 
 @export_app.callback()
@@ -79,11 +69,14 @@ def export_command(
         Opt(min=0.0, help="Smooth only inputs whose largest channel max is this many times the median's."),
     ] = SMOOTH_MIN_SPREAD,
 ) -> None:
-    """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch."""
+    """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch; \
+`export calibrate` adds int8/uint8 embedding ranges to a bundle."""
     if ctx.invoked_subcommand is not None:
         return
     from distilembed.errors import UserError
+    from distilembed.paths import resolve_data_path
     from export.bundle import ParityGate, build_bundle
+    from training.data.text import read_sentences
     from training.evaluation import evaluate_pairs
 
     if model is None or out is None:
@@ -92,21 +85,18 @@ def export_command(
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
     calibration_texts = None
     if calibration_corpus is not None:
-        calibration_texts = _corpus(calibration_corpus, data_dir, calibration_sentences)
-    pairs, sentences = _stsb_test(sts_dir, data_dir)
+        path = resolve_data_path(calibration_corpus, data_dir)
+        calibration_texts = read_sentences(path, limit=calibration_sentences)
+    pairs, sentences = _stsb(sts_dir, data_dir)
     smooth_texts = None
     if smooth:
-        from training.data.sts import distinct_sentences
-
-        train = calibration_texts or distinct_sentences(_stsb_pairs(sts_dir, data_dir, "train"))
-        smooth_texts = train[:SMOOTH_TEXTS]
-    gate = ParityGate(fp32_min_cosine, int8_mean_cosine, int8_max_sts_drop)
+        smooth_texts = (calibration_texts or _stsb(sts_dir, data_dir, "train")[1])[:SMOOTH_TEXTS]
     manifest = build_bundle(
         model,
         out,
         parity_texts=sentences,
         sts_scores=lambda encode: evaluate_pairs(encode, pairs),
-        gate=gate,
+        gate=ParityGate(fp32_min_cosine, int8_mean_cosine, int8_max_sts_drop),
         overwrite=overwrite,
         calibration_texts=calibration_texts,
         calibration_source=calibration_corpus or "",
@@ -120,13 +110,6 @@ def export_command(
         f"bundle {out}: dim {manifest['dim']}, parity {manifest['parity']}"
         + (f", int8 ranges for widths {', '.join(calibrated)}" if calibrated else "")
     )
-
-
-def _corpus(corpus: str, data_dir: str | None, sentences: int) -> list[str]:
-    from distilembed.paths import resolve_data_path
-    from training.data.text import read_sentences
-
-    return read_sentences(resolve_data_path(corpus, data_dir), limit=sentences)
 
 
 @export_app.command("calibrate")
@@ -171,7 +154,7 @@ def upgrade_bundle_command(
 
     if not (bundle / "manifest.json").is_file():
         raise UserError(f"not a bundle (no manifest.json): {bundle}")
-    pairs, sentences = _stsb_test(sts_dir, data_dir)
+    pairs, sentences = _stsb(sts_dir, data_dir)
     record = upgrade_bundle(
         bundle, sentences, sts_scores=lambda encode: evaluate_pairs(encode, pairs), max_sts_drop=max_sts_drop
     )

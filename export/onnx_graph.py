@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from distilembed.errors import UserError
 
@@ -37,7 +37,7 @@ class DenseModule(Protocol):
     """sentence-transformers' ``Dense`` (torch types a submodule attribute as Tensor | Module)."""
 
     linear: nn.Linear
-    activation_function: Callable[[torch.Tensor], torch.Tensor]
+    activation_function: Callable[[Tensor], Tensor]
 
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,11 @@ class SentenceEmbeddingGraph(nn.Module):
         self.uses_token_types = "token_type_ids" in inspect.signature(auto_model.forward).parameters
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        kwargs = {}
-        if self.uses_token_types and token_type_ids is not None:
-            kwargs["token_type_ids"] = token_type_ids
-        tokens = self.auto_model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)[0]
+        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        use_types = self.uses_token_types and token_type_ids is not None
+        extra = {"token_type_ids": token_type_ids} if use_types else {}
+        tokens = self.auto_model(input_ids=input_ids, attention_mask=attention_mask, **extra)[0]
         if self.pooling == "cls":
             pooled = tokens[:, 0]
         else:
@@ -106,8 +102,7 @@ def build_graph(model: SentenceTransformer) -> tuple[SentenceEmbeddingGraph, Pip
     mode = _pooling_mode(pooling)
     if mode not in {"mean", "cls"}:
         raise UserError(f"pooling mode {mode!r} is not supported for export (mean or cls)")
-    extra = [k for k in kinds[2:] if k not in {"Dense", "Normalize"}]
-    if extra:
+    if extra := [k for k in kinds[2:] if k not in {"Dense", "Normalize"}]:
         raise UserError(f"cannot export modules {extra} after pooling")
     if getattr(transformer.tokenizer, "backend_tokenizer", None) is None:
         raise UserError("cannot export a model without a fast tokenizer (the bundle stores tokenizer.json)")
@@ -121,11 +116,7 @@ def build_graph(model: SentenceTransformer) -> tuple[SentenceEmbeddingGraph, Pip
         auto_model.config._attn_implementation = "eager"
     graph = SentenceEmbeddingGraph(auto_model, mode, dense, normalize="Normalize" in kinds).eval()
     dim = cast("DenseModule", dense[-1]).linear.out_features if dense else auto_model.config.hidden_size
-    names = (
-        ("input_ids", "attention_mask", "token_type_ids")
-        if graph.uses_token_types
-        else ("input_ids", "attention_mask")
-    )
+    names = ("input_ids", "attention_mask", "token_type_ids")[: 3 if graph.uses_token_types else 2]
     info = PipelineInfo(int(dim), int(transformer.max_seq_length), mode, "Normalize" in kinds, names)
     return graph, info
 
@@ -135,8 +126,7 @@ def export_onnx(model: SentenceTransformer, path: Path) -> PipelineInfo:
     graph, info = build_graph(model)
     example = model.tokenize(["a short example sentence .", "and a second one , longer than the first ."])
     args = tuple(example[name] for name in info.input_names)
-    axes = {name: {0: "batch", 1: "sequence"} for name in info.input_names}
-    axes[OUTPUT] = {0: "batch"}
+    axes = {name: {0: "batch", 1: "sequence"} for name in info.input_names} | {OUTPUT: {0: "batch"}}
     with torch.no_grad():
         torch.onnx.export(
             graph.cpu(),

@@ -1,23 +1,18 @@
-"""Quantised embeddings, as sentence-transformers' ``quantize_embeddings`` defines them.
+"""Quantised embeddings, as sentence-transformers' ``quantize_embeddings(embeddings, precision, ranges)``
+defines them (numpy only at import: the service imports this module). For vectors ``x`` of width ``w``:
 
-numpy only at import: the service imports this module. For vectors ``x`` of width ``w``
-(sentence_transformers/quantization.py, ``quantize_embeddings(embeddings, precision, ranges)``):
-
-* ``binary``: the sign bits packed 8 to a byte, shifted to int8:
-  ``(np.packbits(x > 0, axis=-1) - 128).astype(np.int8)``; ``ubinary``: ``np.packbits(x > 0, axis=-1)``
-  as uint8. Both are ``ceil(w / 8)`` bytes long and need no calibration.
+* ``binary`` / ``ubinary``: the sign bits packed 8 to a byte (``np.packbits(x > 0, axis=-1)``), minus
+  128 as int8 / as uint8: ``ceil(w / 8)`` bytes, no calibration.
 * ``int8`` / ``uint8``: per-dimension calibration ranges ``[mins, maxs]`` (shape ``(2, w)``),
   ``starts = mins``, ``steps = (maxs - mins) / 255``; ``uint8 = ((x - starts) / steps).astype(np.uint8)``
-  and ``int8 = ((x - starts) / steps - 128).astype(np.int8)``. Here the scaled values are clipped
-  to the target range first, so a value outside the calibration range saturates instead of
-  wrapping around (sentence-transformers leaves that to the cast).
-* ``float`` (float32) and ``base64`` (the same float32 values, little-endian bytes, base64: OpenAI's
+  and ``int8 = ((x - starts) / steps - 128).astype(np.int8)``, clipped to the target range first here
+  so that a value outside the calibration range saturates instead of wrapping around.
+* ``float`` (float32) and ``base64`` (the same values as little-endian bytes, base64: OpenAI's
   ``encoding_format``) are not quantised.
 
-A bundle stores its ranges in ``manifest.json`` under ``quantization.int8_ranges``, one entry per
-width (``{"128": [mins, maxs], "64": ...}``): at a width ``n`` the vectors are cut to their first
-``n`` coordinates and re-normalised (``prefix``) before the min and max are taken, exactly as the
-service cuts them for ``dimensions: n``.
+A bundle's ``manifest.json`` holds the ranges under ``quantization.int8_ranges``, one entry per width
+(``{"128": [mins, maxs], "64": ...}``), taken over the vectors cut to that width and re-normalised
+(``prefix``), exactly as the service cuts them for ``dimensions: n``.
 """
 
 from __future__ import annotations
@@ -109,24 +104,19 @@ def unpack_base64(text: str) -> np.ndarray:
 
 
 def calibrate(
-    encode: Callable[[list[str]], np.ndarray],
-    texts: list[str],
-    widths: Sequence[int],
-    source: str,
-    variant: str = "int8",
+    encode: Callable[[list[str]], np.ndarray], texts: list[str], widths: Sequence[int], source: str
 ) -> dict[str, Any]:
     """The manifest's ``quantization`` record: ranges per width from ``encode(texts)``."""
     from distilembed.artifacts import now_iso
     from training.data.text import content_hash
 
-    ranges = calibration_ranges(encode(texts), widths)
     return {
-        "int8_ranges": ranges,
+        "int8_ranges": calibration_ranges(encode(texts), widths),
         "calibration": {
             "source": source,
             "texts": len(texts),
             "texts_sha256": content_hash(texts),
-            "variant": variant,
+            "variant": "int8",
             "at": now_iso(),
         },
     }
@@ -144,10 +134,10 @@ def calibrate_bundle(
     data_dir: str | Path | None = None,
     widths: Sequence[int] = (),
 ) -> dict[str, Any]:
-    """Encode the first ``sentences`` lines of ``corpus`` (.txt / .txt.gz, found relative to
-    ``data_dir`` too) with the bundle's int8 encoder and write their ranges into its manifest.json,
-    atomically, for its trained widths plus any of ``widths``. The manifest's ``files`` hashes do
-    not cover manifest.json, so the bundle still verifies. Returns the ``quantization`` record."""
+    """Write into the bundle's manifest.json, atomically, the ranges of the first ``sentences`` lines
+    of ``corpus`` (.txt / .txt.gz, found relative to ``data_dir`` too) through its int8 graph, for its
+    trained widths plus ``widths``; returns the ``quantization`` record. The manifest's ``files``
+    hashes do not cover manifest.json, so the bundle still verifies."""
     from distilembed.artifacts import atomic_write_json
     from distilembed.errors import UserError
     from distilembed.paths import resolve_data_path

@@ -1,17 +1,13 @@
 """A bundle made Matryoshka after export: ``distilembed rotate BUNDLE``.
 
-A checkpoint takes the rotation of :mod:`training.rotation` inside its last Dense layer and is then
-exported. A bundle whose checkpoint is gone, or whose exact int8 graph should stay as it was, takes
-it at the graph's end instead: the fit runs on the bundle's own int8 embeddings, and one MatMul turns
-the normalised embedding e into ``e R``. R is orthogonal, so ``e R`` is normalised too, every
-full-width cosine is the bundle's own (to float32 rounding), and only what each prefix holds
-changes. A bundle rotated again composes the two (``R_1 R_2``, still one MatMul).
-
-The new bundle's manifest records the trained widths and the fit (``rotation``: the source bundle and
-its files' hashes, the data, dev at each width before and after), its int8 output ranges are
-recalibrated on the source's calibration text (every prefix's values change), and a check encodes
-STS-B dev through both bundles before anything is renamed into place: the new embeddings must be
-the old ones times R.
+A checkpoint takes the rotation of :mod:`training.rotation` in its last Dense layer before export; a
+bundle whose checkpoint is gone, or whose int8 graph should stay as it is, takes it at the graph's end:
+fitted on the bundle's own int8 embeddings, one MatMul turns the normalised embedding e into ``e R``.
+R is orthogonal, so every full-width cosine stays the bundle's own (to float32 rounding) and only what
+each prefix holds changes; a second rotation composes (``R_1 R_2``, still one MatMul). The manifest
+records the trained widths and the fit, the int8 ranges are recalibrated on the source's calibration
+text, and STS-B dev through both bundles must give the old embeddings times R before anything is
+renamed into place.
 """
 
 from __future__ import annotations
@@ -71,11 +67,7 @@ def _check(sources: dict[Variant, Encoder], rotated: Path, rotation: np.ndarray,
 
 
 def rotate_bundle(
-    source: Path,
-    out: Path,
-    request: RotationRequest,
-    data_dir: str | None = None,
-    overwrite: bool = False,
+    source: Path, out: Path, request: RotationRequest, data_dir: str | None = None, overwrite: bool = False
 ) -> dict[str, Any]:
     """Write ``out``: ``source`` with a rotation fitted on its int8 embeddings appended to each graph."""
     import onnx
@@ -92,7 +84,7 @@ def rotate_bundle(
         record = {**rotation_record(source, fit, request), "model_files": present}
         carried = {k: v for k, v in original.items() if k not in NOT_CARRIED}
         manifest = write_bundle_manifest(
-            tmp, {**carried, "trained_widths": list(widths.widths), "rotate": record}
+            tmp, carried | {"trained_widths": list(widths.widths), "rotate": record}
         )
         dev = request.dev_pairs
         texts = sorted({p.sentence1 for p in dev} | {p.sentence2 for p in dev})[:CHECK_SENTENCES]
@@ -100,8 +92,8 @@ def rotate_bundle(
         record = {**record, "check_max_abs_diff": _check(sources, tmp, fit.rotation, texts)}
         # The files' hashes do not cover manifest.json: the check's result joins it after the check.
         atomic_write_json(tmp / "manifest.json", {**manifest, "rotate": record})
-        calibration = (original.get("quantization") or {}).get("calibration")
-        if calibration:  # every prefix's value ranges move: recalibrate on the source's own text
+        # Every prefix's value ranges move: recalibrate on the source's own text.
+        if calibration := (original.get("quantization") or {}).get("calibration"):
             calibrate_bundle(
                 tmp, calibration["source"], calibration["texts"], data_dir, int8_widths(original)
             )

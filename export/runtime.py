@@ -124,8 +124,7 @@ class Encoder:
         files = [MODEL_FILES[variant], TOKENIZER_FILE]
         self.manifest = verify_bundle(self.bundle, files) if verify else read_manifest(self.bundle)
         self.variant, self.batch_size, self.run_cost_tokens = variant, batch_size, run_cost_tokens
-        self.dim = int(self.manifest["dim"])
-        self.max_seq_len = int(self.manifest["max_seq_len"])
+        self.dim, self.max_seq_len = int(self.manifest["dim"]), int(self.manifest["max_seq_len"])
         self.tokenizer = Tokenizer.from_file(str(self.bundle / TOKENIZER_FILE))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(self.max_seq_len)
@@ -156,10 +155,9 @@ class Encoder:
             idx = order[lo:hi]
             width = int(lengths[idx].max())
             input_ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
+            mask = (np.arange(width) < lengths[idx][:, None]).astype(np.int64)
             for row, i in enumerate(idx):
                 input_ids[row, : len(ids[i])] = ids[i]
-                mask[row, : len(ids[i])] = 1
             out.append(Batch(input_ids, mask, idx))
         return out
 
@@ -177,9 +175,6 @@ class Encoder:
         for batch in self._batches(self.tokenize(texts), batch_size or self.batch_size):
             yield self.feeds(batch)
 
-    def run(self, batch: Batch) -> np.ndarray:
-        return self.session.run(None, self.feeds(batch))[0]
-
     def encode_ids(
         self, ids: list[list[int]], batch_size: int | None = None, progress: str | None = None
     ) -> np.ndarray:
@@ -192,13 +187,12 @@ class Encoder:
 
             bar = tqdm(total=len(ids), desc=progress, unit="text")
         for batch in self._batches(ids, batch_size or self.batch_size):
-            result[batch.order] = self.run(batch)
+            result[batch.order] = self.session.run(None, self.feeds(batch))[0]
             if bar is not None:
                 bar.update(len(batch.order))
         if bar is not None:
             bar.close()
-        norms = np.linalg.norm(result, axis=1, keepdims=True)
-        return result / np.maximum(norms, 1e-12)
+        return result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), 1e-12)
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, progress: str | None = None

@@ -1,17 +1,14 @@
 """SmoothQuant for the dynamic int8 graph: activation outliers moved into the weights.
 
-Xiao, Lin, Seznec, Wu, Demouth, Han. *SmoothQuant: Accurate and Efficient Post-Training
-Quantization for Large Language Models.* ICML 2023, eq. 4. Dynamic int8 gives each MatMul input
-one scale per tensor, and BERT-family encoders have a few input channels far larger than the rest
-(the student's LayerNorm outputs reach 28-30 on one channel where the median channel reaches 1.8),
-so those channels set the step for every other. Each input channel j of a MatMul is rescaled::
+Xiao et al., *SmoothQuant*, ICML 2023, eq. 4. Dynamic int8 gives each MatMul input one scale per
+tensor, and a few input channels of BERT-family encoders set it for every other (the student's
+LayerNorm outputs reach 28-30 on one channel, 1.8 on the median one). Each input channel j is rescaled::
 
     Y = X W = (X diag(s)^-1) (diag(s) W),     s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)
 
-which is exact in float32 and splits the channels' ranges between activations and weights
-(max|W_j| over row j of W, the weights channel j meets). Here diag(s)^-1 is a Mul node on the
-MatMul's input edge only (a residual branch reading the same tensor keeps it whole), and diag(s) W
-is folded into the weight initializer. The float32 graph of the bundle is left as it was.
+exact in float32 (max|W_j| over row j of W, the weights channel j meets). diag(s)^-1 is a Mul on the
+MatMul's input edge only (a residual branch reading the same tensor keeps it whole), diag(s) W is
+folded into the weight initializer; the bundle's float32 graph is left as it was.
 """
 
 from __future__ import annotations
@@ -80,14 +77,11 @@ def smooth_targets(model: Any) -> list[SmoothTarget]:
     weights = {t.name: t for t in model.graph.initializer}
     targets = []
     for node in model.graph.node:
-        if node.op_type not in SMOOTHED_OPS or len(node.input) < 2:
+        weight = weights.get(node.input[1]) if node.op_type in SMOOTHED_OPS and len(node.input) > 1 else None
+        if weight is None or len(weight.dims) != 2 or weight.data_type != onnx.TensorProto.FLOAT:
             continue
-        weight = weights.get(node.input[1])
-        if weight is None or len(weight.dims) != 2 or node.input[0] in weights:
-            continue
-        if weight.data_type != onnx.TensorProto.FLOAT:
-            continue
-        targets.append(SmoothTarget(node.name, node.input[0], node.input[1]))
+        if node.input[0] not in weights:
+            targets.append(SmoothTarget(node.name, node.input[0], node.input[1]))
     return targets
 
 
@@ -105,9 +99,8 @@ def activation_maxima(
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     known = {o.name for o in probe.graph.output}
-    for name in names:
-        if name not in known:
-            probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    for name in (n for n in names if n not in known):
+        probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     maxima: dict[str, np.ndarray] = {}
     for feeds in batches:
@@ -133,8 +126,7 @@ def smooth_model(
     """Rewrite ``model`` in place (eq. 4 at every target whose input's largest channel maximum is at
     least ``min_spread`` times its median one); returns what the manifest records: alpha, the
     threshold, the nodes smoothed, and the largest max-over-median of the inputs before and after."""
-    import onnx
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     targets = smooth_targets(model)
     initializers = {t.name: t for t in model.graph.initializer}
@@ -158,9 +150,7 @@ def smooth_model(
         inverse = f"{target.node}_smooth_inverse_{index}"
         smoothed = f"{target.activation}_smoothed_{index}"
         model.graph.initializer.append(numpy_helper.from_array((1.0 / scales).astype(np.float32), inverse))
-        mul = onnx.helper.make_node(
-            "Mul", [target.activation, inverse], [smoothed], name=f"{target.node}_smooth"
-        )
+        mul = helper.make_node("Mul", [target.activation, inverse], [smoothed], name=f"{target.node}_smooth")
         node = nodes[target.node]
         node.input[0] = smoothed
         model.graph.node.insert(list(model.graph.node).index(node), mul)

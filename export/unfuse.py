@@ -1,10 +1,9 @@
 """Undo onnxruntime's SkipLayerNormalization fusion: Add (+ bias Add) + LayerNormalization instead.
 
-On the CPUs this project runs on (AVX2, onnxruntime 1.32), the contrib SkipLayerNormalization
-kernel costs about 4.6 ns per element, six times the standard LayerNormalization kernel plus the
-Adds (docs/decisions.md, decision 16): a quarter of a MiniLM-L6 int8 forward pass. The rewrite is
-the same arithmetic in standard opset-17 operators; the runtime encoder then keeps onnxruntime from
-fusing it back (``SkipLayerNormFusion`` disabled).
+On AVX2 with onnxruntime 1.32 the contrib kernel costs about 4.6 ns per element, six times the
+standard LayerNormalization plus the Adds (decision 16): a quarter of a MiniLM-L6 int8 forward pass.
+The rewrite is the same arithmetic in opset-17 operators; the runtime encoder disables
+``SkipLayerNormFusion`` so that onnxruntime does not fuse it back.
 """
 
 from __future__ import annotations
@@ -16,22 +15,13 @@ from typing import Any
 import onnx
 from onnx import helper
 
-from distilembed.artifacts import (
-    atomic_directory,
-    atomic_write_json,
-    git_commit,
-    now_iso,
-    sha256_file,
-)
+from distilembed.artifacts import atomic_directory, atomic_write_json, git_commit, now_iso, sha256_file
 
 FUSED_OP = "SkipLayerNormalization"
 
 
 def _epsilon(node: onnx.NodeProto) -> float:
-    for attr in node.attribute:
-        if attr.name == "epsilon":
-            return float(helper.get_attribute_value(attr))
-    return 1e-12
+    return next((float(helper.get_attribute_value(a)) for a in node.attribute if a.name == "epsilon"), 1e-12)
 
 
 def unfuse_skip_layer_norm(model: onnx.ModelProto) -> int:
@@ -51,8 +41,7 @@ def unfuse_skip_layer_norm(model: onnx.ModelProto) -> int:
         if any(out for out in list(node.output)[1:3]):
             raise ValueError(f"{node.name}: mean / inv_std outputs are used; cannot unfuse")
         count += 1
-        inputs = list(node.input) + [""] * (5 - len(node.input))
-        x, skip, gamma, beta, bias = inputs[:5]
+        x, skip, gamma, beta, bias = (list(node.input) + [""] * 5)[:5]
         name = node.name or f"skip_layer_norm_{count}"
         outputs = list(node.output) + [""] * (4 - len(node.output))
         summed = f"{name}/skip_sum"
@@ -64,16 +53,8 @@ def unfuse_skip_layer_norm(model: onnx.ModelProto) -> int:
         if outputs[3]:
             new_nodes.append(helper.make_node("Identity", [summed], [outputs[3]], name=f"{name}/sum_out"))
         norm_inputs = [summed, gamma] + ([beta] if beta else [])
-        new_nodes.append(
-            helper.make_node(
-                "LayerNormalization",
-                norm_inputs,
-                [outputs[0]],
-                name=f"{name}/layer_norm",
-                axis=-1,
-                epsilon=_epsilon(node),
-            )
-        )
+        layer_norm: dict[str, Any] = {"name": f"{name}/layer_norm", "axis": -1, "epsilon": _epsilon(node)}
+        new_nodes.append(helper.make_node("LayerNormalization", norm_inputs, [outputs[0]], **layer_norm))
     if count:
         del graph.node[:]
         graph.node.extend(new_nodes)
@@ -82,35 +63,20 @@ def unfuse_skip_layer_norm(model: onnx.ModelProto) -> int:
 
 
 def _require_opset(model: onnx.ModelProto, version: int) -> None:
-    for opset in model.opset_import:
-        if opset.domain in ("", "ai.onnx"):
-            if opset.version < version:
-                raise ValueError(
-                    f"LayerNormalization needs opset >= {version}, the graph has {opset.version}"
-                )
-            return
-    model.opset_import.append(helper.make_opsetid("", version))
-
-
-def unfuse_file(src: Path, dst: Path) -> int:
-    """Rewrite one .onnx file (weights stored inside it) to ``dst``; returns the nodes replaced."""
-    model = onnx.load(str(src))
-    count = unfuse_skip_layer_norm(model)
-    onnx.save(model, str(dst))
-    return count
+    opset = next((o for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        model.opset_import.append(helper.make_opsetid("", version))
+    elif opset.version < version:
+        raise ValueError(f"LayerNormalization needs opset >= {version}, the graph has {opset.version}")
 
 
 def upgrade_bundle(
     bundle: Path, texts: list[str], sts_scores: Any = None, max_sts_drop: float = 0.5
 ) -> dict[str, Any]:
-    """Apply ``unfuse_skip_layer_norm`` to every graph of an existing bundle, atomically.
-
-    For bundles exported before the rewrite became part of ``distilembed export`` (e.g. a default
-    model whose checkpoint is gone). The manifest records the rewrite with the cosine of the new
-    graphs against the old ones on ``texts`` and, when ``sts_scores`` (encode_fn -> STS-B test
-    Spearman) is given, the new STS-B test figure per variant; a drop of more than
-    ``max_sts_drop`` against the old graph aborts with nothing changed.
-    """
+    """Apply ``unfuse_skip_layer_norm`` to every graph of a bundle exported before ``distilembed
+    export`` did, atomically. The manifest records the new graphs' cosines to the old ones on
+    ``texts`` and their STS-B test figures (``sts_scores``: encode_fn -> Spearman); an STS-B drop of
+    more than ``max_sts_drop`` aborts with nothing changed."""
     from export.runtime import MODEL_FILES, BundleError, Encoder, cosines, verify_bundle
 
     present = [f for f in MODEL_FILES.values() if (bundle / f).is_file()]
@@ -130,7 +96,9 @@ def upgrade_bundle(
         for variant, name in MODEL_FILES.items():
             if name not in present:
                 continue
-            count = unfuse_file(bundle / name, tmp / name)
+            model = onnx.load(str(bundle / name))  # weights stored inside the .onnx file
+            count = unfuse_skip_layer_norm(model)
+            onnx.save(model, str(tmp / name))
             record[f"{variant}_nodes"] = count
             if not count:
                 continue
@@ -140,8 +108,7 @@ def upgrade_bundle(
             record[f"{variant}_min_cosine_vs_previous"] = round(float(cos.min()), 6)
             record[f"{variant}_mean_cosine_vs_previous"] = round(float(cos.mean()), 6)
             if sts_scores is not None:
-                before = float(sts_scores(old.encode))
-                after = float(sts_scores(new.encode))
+                before, after = float(sts_scores(old.encode)), float(sts_scores(new.encode))
                 record[f"stsb_test_{variant}_before"] = round(before, 2)
                 record[f"stsb_test_{variant}"] = round(after, 2)
                 if before - after > max_sts_drop:

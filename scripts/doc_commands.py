@@ -12,10 +12,9 @@ and decisions.md) has one marker on the line directly above it:
     <!-- not-runnable: REASON -->   shown to users, never run
 
 Files run in order (README.md, then docs/*.md sorted), blocks in document order, each in a process of
-its own with the tree's root as working directory and its .venv/bin first on PATH: bash and sh with
-`bash -euo pipefail -c`, console with its `$ ` lines only, python with the venv's python. A block's
-background processes are killed when it ends. A curl that must succeed needs -f (curl -sf) to fail
-its block on an HTTP error.
+its own in the tree's root with its .venv/bin first on PATH: bash and sh with `bash -euo pipefail -c`,
+console with its `$ ` lines only, python with the venv's python; its background processes are killed
+when it ends. A curl that must succeed needs -f (curl -sf) to fail its block on an HTTP error.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -38,9 +36,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from doc_blocks import Block, check, describe, extract  # noqa: E402
-
 NOT_GUIDES = ("results.md", "decisions.md")
 STATUSES = ("passed", "failed", "skipped", "not-runnable", "invalid")
 READY_TIMEOUT = 120.0
@@ -50,6 +45,86 @@ SERVICE_URL = re.compile(r"\b(localhost|127\.0\.0\.1):8080\b")
 MPNET_CHECK = "from training.teachers import _mpnet_parts; raise SystemExit(0 if _mpnet_parts() else 3)"
 RAY_CHECK = "import importlib.util as u; raise SystemExit(0 if u.find_spec('ray') else 3)"
 LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy for the local service
+LANGS = ("bash", "sh", "console", "python")
+TAGS = ("service", "data", "mpnet", "slow", "ray")
+FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`{]*)")
+MARKER = re.compile(r"^\s*<!--\s*(?P<kind>runnable|not-runnable)\s*(?::(?P<arg>.*?))?\s*-->\s*$")
+LOOSE_MARKER = re.compile(r"^\s*<!--\s*(not[- ]?)?runn?able", re.IGNORECASE)
+USAGE = "<!-- runnable -->, <!-- runnable: TAGS --> or <!-- not-runnable: REASON -->"
+
+
+@dataclass
+class Block:
+    file: str
+    line: int  # of the opening fence, 1-based
+    lang: str
+    code: str
+    kind: str  # runnable | not-runnable | invalid
+    tags: tuple[str, ...] = ()
+    reason: str = ""  # not-runnable: why not; invalid: what is wrong with its marker
+
+
+def parse_marker(line: str) -> tuple[str, tuple[str, ...], str]:
+    """(kind, tags, reason) of the line above a fence; kind ``invalid`` with the problem as reason."""
+    match = MARKER.match(line)
+    if match is None:
+        found = "a malformed marker" if LOOSE_MARKER.match(line) else "no marker"
+        return "invalid", (), f"{found} on the line above (want {USAGE})"
+    if match["kind"] == "not-runnable":
+        reason = (match["arg"] or "").strip()
+        return ("not-runnable", (), reason) if reason else ("invalid", (), "not-runnable without a reason")
+    tags = tuple(tag.strip() for tag in match["arg"].split(",")) if match["arg"] is not None else ()
+    unknown = [tag for tag in tags if tag not in TAGS]
+    if not unknown:
+        return "runnable", tags, ""
+    problem = "empty tag in runnable marker" if "" in tags else f"unknown tag {', '.join(unknown)}"
+    return "invalid", (), f"{problem} (tags: {', '.join(TAGS)})"
+
+
+def _scan(path: Path, name: str) -> tuple[list[Block], list[int]]:
+    """The shell and Python blocks of a markdown file, and the lines of markers above no such block."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    outside: list[int] = []  # line indexes outside fences
+    i = 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if match is None:
+            outside.append(i)
+            i += 1
+            continue
+        closing = re.compile(rf"^ *{re.escape(match['fence'][0])}{{{len(match['fence'])},}}\s*$")
+        end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), len(lines))
+        lang = match["info"].lower()
+        if lang in LANGS:
+            indent = len(match["indent"])
+            body = [line if line[:indent].strip() else line[indent:] for line in lines[i + 1 : end]]
+            kind, tags, reason = parse_marker(lines[i - 1] if i else "")
+            blocks.append(Block(name, i + 1, lang, "".join(f"{line}\n" for line in body), kind, tags, reason))
+        i = end + 1
+    above = {block.line - 2 for block in blocks}
+    stray = [i + 1 for i in outside if LOOSE_MARKER.match(lines[i]) and i not in above]
+    return blocks, stray
+
+
+def extract(path: Path, name: str | None = None) -> list[Block]:
+    """The ```bash / sh / console / python blocks of a markdown file with their markers."""
+    return _scan(path, name or str(path))[0]
+
+
+def check(path: Path, name: str | None = None) -> list[str]:
+    """One ``file:line: problem`` line per block without a valid marker and per stray marker."""
+    blocks, stray = _scan(path, name or str(path))
+    problems = [(b.line, f"```{b.lang} block: {b.reason}") for b in blocks if b.kind == "invalid"]
+    problems += [(n, "marker not on the line directly above a bash/sh/console/python fence") for n in stray]
+    return [f"{name or path}:{line}: {problem}" for line, problem in sorted(problems)]
+
+
+def describe(block: Block) -> str:
+    """``file:line  lang  marker  | first line`` for --list."""
+    marker = block.kind + "".join(f": {part}" for part in (",".join(block.tags), block.reason) if part)
+    first = block.code.partition("\n")[0][:60]
+    return f"{block.file}:{block.line}  {block.lang:<7}  {marker}  | {first}"
 
 
 @dataclass
@@ -98,19 +173,6 @@ def shared_data() -> Path | None:
     return root.resolve() if (root / "sts" / "stsbenchmark" / "sts-test.csv").is_file() else None
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill what is left of a block's process group (its background children)."""
-    with suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 class ServiceError(RuntimeError):
     pass
 
@@ -121,7 +183,6 @@ class Runner:
 
     def __init__(self, tree: Path, *, slow: bool = False, timeout: float = 300.0) -> None:
         self.tree = tree.resolve()
-        self.slow = slow
         self.timeout = timeout
         self.data = shared_data()
         self.python = str(self.tree / ".venv" / "bin" / "python")
@@ -132,19 +193,18 @@ class Runner:
         self.env["VIRTUAL_ENV"] = str(self.tree / ".venv")
         for proxy in ("no_proxy", "NO_PROXY"):  # the service is local, whatever proxy is set
             self.env[proxy] = ",".join(filter(None, [os.environ.get(proxy), "localhost,127.0.0.1"]))
-        self._unmet: dict[str, str | None] = {}
+        self._unmet: dict[str, str | None] = {
+            "slow": None if slow else "slow: runs with --slow only",
+            "data": None if self.data else "data: no DISTILEMBED_DATA_DIR (nor ../shared/data) with STS-B",
+        }
 
     def unmet(self, tag: str) -> str | None:
-        """Why a tag is not met here, or None."""
+        """Why a tag is not met here, or None (each checked once)."""
         if tag not in self._unmet:
             self._unmet[tag] = self._check(tag)
         return self._unmet[tag]
 
     def _check(self, tag: str) -> str | None:
-        if tag == "slow":
-            return None if self.slow else "slow: runs with --slow only"
-        if tag == "data":
-            return None if self.data else "data: no DISTILEMBED_DATA_DIR (nor ../shared/data) with STS-B"
         checks = {"mpnet": (MPNET_CHECK, "the all-mpnet-base-v2 teacher packages are not installed"),
                   "ray": (RAY_CHECK, "the ray extra is not installed")}  # fmt: skip
         if tag not in checks:
@@ -156,40 +216,38 @@ class Runner:
             return None if done.returncode == 0 else f"{tag}: {missing}"
         return f"{tag}: the check failed ({done.returncode}): {done.stderr.strip()[-300:]}"
 
-    def block_env(self, block: Block) -> dict[str, str]:
-        data = {"DISTILEMBED_DATA_DIR": str(self.data)} if self.data and "data" in block.tags else {}
-        return self.env | data
-
     def limit(self, block: Block) -> float:
         """Seconds a block may run: ``slow`` blocks (training runs) get SLOW_FACTOR times more."""
         return self.timeout * (SLOW_FACTOR if "slow" in block.tags else 1)
 
     def run(self, block: Block, code: str) -> tuple[int | None, str, float]:
         """(exit status or None on timeout, output, seconds) of one block."""
-        if block.lang == "python":
-            cmd = [self.python, "-c", code]
-        else:
-            code = console_commands(code) if block.lang == "console" else code
-            cmd = ["bash", "-euo", "pipefail", "-c", code]
+        code = console_commands(code) if block.lang == "console" else code
+        interpreter = [self.python] if block.lang == "python" else ["bash", "-euo", "pipefail"]
+        data = {"DISTILEMBED_DATA_DIR": str(self.data)} if self.data and "data" in block.tags else {}
         start = time.monotonic()
         with tempfile.TemporaryFile() as out:  # a file, not a pipe: a lingering child cannot hang us
             proc = subprocess.Popen(
-                cmd, cwd=self.tree, env=self.block_env(block), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                [*interpreter, "-c", code], cwd=self.tree, env=self.env | data, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
             try:
                 status: int | None = proc.wait(timeout=self.limit(block))
             except subprocess.TimeoutExpired:
                 status = None
-            finally:
-                _kill_group(proc)
+            finally:  # what is left of the block's process group: its background children
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             out.seek(0)
             return status, out.read().decode(errors="replace"), time.monotonic() - start
 
     @contextmanager
     def service(self, workdir: Path) -> Iterator[int]:
         """``distilembed serve`` on a fresh index in ``workdir``; yields its port once /ready says so."""
-        port = free_port()
+        with socket.socket() as sock:  # a free port
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
         index, log_path = workdir / "doc-index", workdir / "serve.log"
         exe = str(self.tree / ".venv" / "bin" / "distilembed")
         cmd = [exe, "serve", "--index", str(index), "--create-index", "--port", str(port)]
@@ -210,14 +268,11 @@ class Runner:
     @staticmethod
     def _wait_ready(proc: subprocess.Popen[bytes], port: int, log_path: Path) -> None:
         """Poll /ready until it says so, the process exits or the deadline passes."""
-        deadline = time.monotonic() + READY_TIMEOUT
+        deadline, url = time.monotonic() + READY_TIMEOUT, f"http://127.0.0.1:{port}/ready"
         while (alive := proc.poll() is None) and time.monotonic() < deadline:
-            try:
-                with LOCAL.open(f"http://127.0.0.1:{port}/ready", timeout=2) as response:
-                    if json.load(response).get("ready"):
-                        return
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+            with suppress(OSError, ValueError), LOCAL.open(url, timeout=2) as response:  # URLError: OSError
+                if json.load(response).get("ready"):
+                    return
             with suppress(subprocess.TimeoutExpired):  # the poll interval, cut short if it exits
                 proc.wait(timeout=0.1)
         why = f"not ready in {READY_TIMEOUT:.0f} s" if alive else f"exited ({proc.returncode})"
@@ -287,18 +342,17 @@ def clone(dest: Path) -> Path:
     if dest.exists() and any(dest.iterdir()):
         raise SystemExit(f"--clone: {dest} is not empty")
     git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
-    head = head.strip()
+    head = subprocess.check_output([*git, "rev-parse", "HEAD"], text=True).strip()
     subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(dest)], check=True)
     subprocess.run(["git", "-C", str(dest), "checkout", "--quiet", "--detach", head], check=True)
     (dest / ".venv").symlink_to(ROOT / ".venv")
-    dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, check=True).stdout
+    dirty = subprocess.check_output([*git, "status", "--porcelain"], text=True)
     note = "; uncommitted changes in this checkout are not in it" if dirty.strip() else ""
     print(f"cloned {head[:12]} into {dest}{note}", flush=True)
     return dest
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     where = parser.add_mutually_exclusive_group()
@@ -312,23 +366,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow", action="store_true", help="also run the blocks tagged slow")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per block (slow: 12x)")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write per-block results here")
-    return parser.parse_args(argv)
-
-
-def select_docs(args: argparse.Namespace, tree: Path) -> list[Path]:
+    args = parser.parse_args(argv)
+    tree = clone(args.clone.resolve()) if args.clone else (args.tree or ROOT).resolve()
     docs = [p if p.is_absolute() else tree / p for p in args.docs] if args.docs else default_docs(tree)
     if args.files:
         wanted = {str(Path(name)) for name in args.files}
         docs = [p for p in docs if display_name(p, tree) in wanted or p.name in wanted]
         if not docs:
             raise SystemExit(f"--files: none of {sorted(wanted)} is among the docs")
-    return docs
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    tree = clone(args.clone.resolve()) if args.clone else (args.tree or ROOT).resolve()
-    docs = select_docs(args, tree)
     if missing := [str(p) for p in docs if not p.is_file()]:
         raise SystemExit(f"no such file: {', '.join(missing)}")
     if args.list:

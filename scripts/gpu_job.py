@@ -7,27 +7,26 @@ be ignored by git, e.g. listed in .git/info/exclude, so that it travels only whe
 
 The teacher travels as int8 weights with a float32 scale per row (its embeddings keep a mean cosine
 of 0.9993 with the original's), the student init and any ``--model NAME=DIR`` checkpoint as
-float16 (cast back to float32 there), with the first N corpus sentences, the STS-B, NLI and Quora
-files and wheels of the transformers / sentence-transformers / tokenizers / huggingface_hub versions
-installed here. It is one gzipped tar stream cut into folders ``p1``, ``p2``, ... of at most
-``--call-mib`` (56) MiB: one folder per call, named in the call's ``carry``. Every call but the last
-stages its folder on that machine::
+float16, with the first N corpus sentences, the STS-B, NLI and Quora files and wheels of the
+transformers / sentence-transformers / tokenizers / huggingface_hub versions installed here: one
+gzipped tar stream cut into folders ``p1``, ``p2``, ... of at most ``--call-mib`` (56) MiB, one
+folder per call, named in the call's ``carry``. Every call but the last stages its folder there::
 
     python3 scripts/gpu_job.py stage .gpu/p1
 
-and the last one stages its own, unpacks everything once into $W (/tmp/w), installs the wheels into
-$W/site and starts the command detached from the call, so that it may outlive it. The command runs
-in bash in the repository's root with ``distilembed`` on PATH, ``DISTILEMBED_DATA_DIR=$W/data`` and
-the models at ``$W/teacher``, ``$W/student`` and ``$W/models/NAME``; its output goes to $W/job.log::
+The last one stages its own, unpacks everything once into $W (/tmp/w) as float32, installs the
+wheels into $W/site and starts the command detached, so that it may outlive the call: in bash in the
+repository's root, with ``distilembed`` on PATH, ``DISTILEMBED_DATA_DIR=$W/data``, the models at
+``$W/teacher``, ``$W/student`` and ``$W/models/NAME``, and its output in $W/job.log::
 
     python3 scripts/gpu_job.py run --parts .gpu/p3 --wait 540 'distilembed train --preset hpd-mpnet \\
         --teacher "$W/teacher" --student "$W/student" --device cuda --teacher-batch-size 256 \\
         --out "$W/runs/hpd"'
 
 ``run`` waits until the command ends or ``--wait`` seconds have passed, then packs the job's log and
-what ``--collect`` patterns (relative to $W; by default every run's manifest, training curve and
-log under $W/runs) match into $OUT/collected.tar.gz (15 MiB pieces when larger). A command that
-outlived the call is collected by a later call while the machine is still warm::
+what ``--collect`` globs under $W match (by default every run's manifest, training curve and log under
+$W/runs) into $OUT/collected.tar.gz (15 MiB pieces when larger). A later call collects a command that
+outlived its call while the machine is still warm::
 
     python3 scripts/gpu_job.py collect --collect 'runs/hpd/*'
 """
@@ -105,8 +104,7 @@ def _wheels(dest: Path) -> list[Path]:
     """Wheels of this environment's versions of WHEELS, for the machine's Python 3.12 on x86-64."""
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
     cmd += ["--python-version", "3.12", "--implementation", "cp", "-d", str(dest)]
-    for platform in PLATFORMS:
-        cmd += ["--platform", platform]
+    cmd += [arg for platform in PLATFORMS for arg in ("--platform", platform)]
     subprocess.run([*cmd, *(f"{name}=={metadata.version(name)}" for name in WHEELS)], check=True)
     return sorted(dest.glob("*.whl"))
 
@@ -159,28 +157,6 @@ def stage(parts: list[str], work: Path) -> None:
     print(f"{store}: {len(list(store.glob('part_*')))} parts")
 
 
-class _Concat(io.RawIOBase):
-    """The parts read back as one stream, without a second copy on disk."""
-
-    def __init__(self, parts: list[Path]) -> None:
-        self._parts = list(parts)
-        self._handle: io.BufferedReader | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        while True:
-            if self._handle is None:
-                if not self._parts:
-                    return 0
-                self._handle = self._parts.pop(0).open("rb")
-            if n := self._handle.readinto(buffer):
-                return n
-            self._handle.close()
-            self._handle = None
-
-
 def unpack(work: Path) -> None:
     """Unpack the staged parts into ``work`` once, as float32 models, and install the wheels."""
     from safetensors.numpy import load_file, save_file
@@ -193,13 +169,13 @@ def unpack(work: Path) -> None:
     expected = [store / f"part_{i:02d}" for i in range(int((store / COUNT).read_text()))]
     if missing := [p.name for p in expected if not p.is_file()]:
         raise SystemExit(f"error: parts missing from {store}: {', '.join(missing)}")
-    with tarfile.open(fileobj=_Concat(expected), mode="r|gz") as tar:
+    cat = subprocess.Popen(["cat", *map(str, expected)], stdout=subprocess.PIPE)  # no second copy on disk
+    with cat, tarfile.open(fileobj=cat.stdout, mode="r|gz") as tar:
         tar.extractall(work, filter="data")
     for model in ("teacher", "student", "models"):
         for path in (work / model).rglob("*.safetensors"):
             save_file(dequantize_rows(load_file(path)), path)
-    wheels = sorted((work / "wheels").glob("*.whl"))
-    if wheels:
+    if wheels := sorted((work / "wheels").glob("*.whl")):
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
         subprocess.run([*pip, "--target", str(work / "site"), *map(str, wheels)], check=True)
 
@@ -238,15 +214,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
     unpack(work)
     (work / "job.rc").unlink(missing_ok=True)
     script = f'( {args.command}\n)\necho $? > "$W/job.rc"\n'
-    with (work / "job.log").open("wb") as log:
-        subprocess.Popen(  # a session of its own: the call's end does not stop it
-            ["bash", "-c", script],
-            cwd=ROOT,
-            env=job_env(work),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    with (work / "job.log").open("wb") as log:  # a session of its own: the call's end does not stop it
+        detached = {"stdout": log, "stderr": subprocess.STDOUT, "start_new_session": True}
+        subprocess.Popen(["bash", "-c", script], cwd=ROOT, env=job_env(work), **detached)
     start = time.monotonic()
     while job_state(work) == "running" and time.monotonic() - start < args.wait:
         time.sleep(2)

@@ -22,8 +22,7 @@ read = lambda folder: json.loads((Path(folder) / "manifest.json").read_text())
 train, made = read(ckpt), read(bundle)
 rotation = train.get("rotate")  # distilembed rotate: the checkpoint below, its output rotated
 made_from = Path(rotation["source"]["path"]) if rotation else ckpt
-if rotation:
-    train = read(made_from)
+train = read(made_from) if rotation else train
 soup = "average" in train  # distilembed average: a model soup (of fine-tuned checkpoints, here)
 ingredients = {Path(p): read(p) for p in train["average"]["chosen"]} if soup else {made_from: train}
 first = next(iter(ingredients.values()))
@@ -44,20 +43,19 @@ if "whiten" in first:  # distilembed whiten: a partial whitening folded into the
     target = first["finetune"]["source"]["path"] if "finetune" in first else next(iter(ingredients))
     provenance["made_by"].append(f"distilembed whiten {white['source']['path']} --out {target}")
 tunes = []
+keep = ("data", "triplets", "loss", "tau", "lr", "batch_size", "steps", "best_step", "best_dev_spearman")
 for path, manifest in ingredients.items():  # distilembed finetune: NLI fine-tuning of the checkpoint above
     if "finetune" not in manifest:
         continue
     tune = manifest["finetune"]
-    keep = ("data", "triplets", "loss", "tau", "lr", "batch_size", "steps", "best_step", "best_dev_spearman")
-    tunes.append({"checkpoint": str(path), **{k: tune[k] for k in keep if k in tune}})
-    tunes[-1]["source_checkpoint"] = tune["source"]["path"]
+    picked = {k: tune[k] for k in keep if k in tune}
+    tunes.append({"checkpoint": str(path), **picked, "source_checkpoint": tune["source"]["path"]})
     provenance["made_by"].append(
         f"distilembed finetune {tune['source']['path']} --out {path} (lr {tune['lr']}, loss {tune['loss']};"
         " the other flags: finetune_* in train_config)"
     )
 if soup:
     mix = train["average"]
-    greedy = mix["recipe"] == "greedy soup"
     provenance["average"] = {
         "recipe": mix["recipe"],
         "chosen": mix["chosen"],
@@ -65,7 +63,8 @@ if soup:
         "ingredients": tunes,  # the fine-tuned ones among the chosen
     }
     sources = " ".join(s["path"] for s in mix["sources"])
-    provenance["made_by"].append(f"distilembed average {sources}{' --greedy' if greedy else ''} --out {made_from}")
+    greedy = " --greedy" if mix["recipe"] == "greedy soup" else ""
+    provenance["made_by"].append(f"distilembed average {sources}{greedy} --out {made_from}")
 elif tunes:
     provenance["finetune"] = {k: v for k, v in tunes[0].items() if k != "checkpoint"}
 if rotation:

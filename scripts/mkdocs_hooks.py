@@ -1,10 +1,6 @@
 """MkDocs hooks (mkdocs.yml ``hooks``): before each build, write the CLI reference from the Typer app,
-the HTTP reference from the service's OpenAPI document and the service settings reference from its
-pydantic-settings class, so none is written by hand.
-
-The pages go to docs/reference/ (git-ignored), which ``mkdocs build --strict`` then checks like any
-other page.
-"""
+the HTTP reference from the service's OpenAPI document and the settings reference from its
+pydantic-settings class into docs/reference/ (git-ignored), which ``mkdocs build --strict`` checks."""
 
 from __future__ import annotations
 
@@ -50,15 +46,6 @@ def _prose_cell(text: str) -> str:
     return _cell("".join(escaped))
 
 
-def _option_row(param: Any, ctx: Any) -> str:
-    """One table row from the parameter's own help record (names, type, help, default, env var)."""
-    record = param.get_help_record(ctx)
-    if record is None:  # hidden
-        return ""
-    names, help_text = record
-    return f"| `{names}` | {_cell(help_text)} |"
-
-
 @functools.cache
 def _cli() -> Any:
     """The `distilembed` command tree (click's, as vendored by Typer), built once per build."""
@@ -80,7 +67,9 @@ def cli_reference() -> str:
         if params and not group:
             ctx = command.make_context(path[-1], [], resilient_parsing=True)
             lines += ["| option | what |", "| --- | --- |"]
-            lines += [row for row in (_option_row(p, ctx) for p in params) if row]
+            # click's own help record per option (names and type, help, default, env var); None: hidden
+            records = filter(None, (p.get_help_record(ctx) for p in params))
+            lines += [f"| `{names}` | {_cell(help_text)} |" for names, help_text in records]
             lines.append("")
         if group:
             lines += [f"- `{' '.join([*path, name])}`" for name in sorted(command.commands)] + [""]
@@ -107,16 +96,13 @@ def http_reference(schema: dict[str, Any]) -> str:
     for path, methods in schema["paths"].items():
         for method, operation in methods.items():
             lines += [f"## `{method.upper()} {path}`", "", operation.get("summary", ""), ""]
-            description = operation.get("description", "").strip()
-            if description:
+            if description := operation.get("description", "").strip():
                 lines += [description, ""]
             body = operation.get("requestBody", {}).get("content", {})
             for media, content in body.items():
                 ref = content.get("schema", {}).get("$ref", "")
-                lines += [
-                    f"Request body: `{media}`" + (f", schema `{ref.rsplit('/', 1)[-1]}`" if ref else ""),
-                    "",
-                ]
+                schema_name = f", schema `{ref.rsplit('/', 1)[-1]}`" if ref else ""
+                lines += [f"Request body: `{media}`{schema_name}", ""]
             lines += ["| status | meaning |", "| --- | --- |"]
             for status, response in operation.get("responses", {}).items():
                 lines.append(f"| {status} | {_cell(response.get('description', ''))} |")
@@ -169,9 +155,7 @@ def _default(field: Any) -> str:
     value = field.get_default(call_default_factory=True)
     if value is None or value == []:
         return "unset"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    return f"`{value}`"
+    return f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 
 def _env_names(name: str, field: Any, prefix: str) -> list[str]:
@@ -204,15 +188,14 @@ def settings_reference() -> str:
     for name, field in fields.items():
         if not field.description:
             raise ValueError(
-                f"setting {name} has no description (Field(description=...) in service/settings.py)"
+                f"setting {name} has no description (Field(description=...), service/settings.py)"
             )
         env = ", ".join(f"`{v}`" for v in _env_names(name, field, prefix))
-        flag = flags.get(name, "")
         kind = _type_name(field.annotation)
         if bounds := _bounds(field.metadata):
             kind += f", {bounds}"
-        flag_cell = f"`{flag}`" if flag else ""
-        cells = [f"`{name}`", env, flag_cell, _cell(kind), _default(field), _prose_cell(field.description)]
+        flag = f"`{flags[name]}`" if name in flags else ""
+        cells = [f"`{name}`", env, flag, _cell(kind), _default(field), _prose_cell(field.description)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     return "\n".join(lines)
