@@ -1,15 +1,13 @@
-"""Assemble an index directory from encoded shards: the document store, an IVF trained on a sample,
-and its inverted lists filled shard by shard (in memory, or on disk with Faiss's ``merge_ondisk``).
-Both build engines end here, so their indexes are the same for the same shards.
-
-Duplicate ids: the last occurrence's text and vector win, the first occurrence's position (its
-int id) is kept.
+"""Assemble an index directory from encoded shards, for both build engines: the document store, an
+IVF trained on a sample, its lists filled shard by shard (in memory, or on disk). Duplicate ids:
+the last occurrence's text and vector win, the first one's int id is kept.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from tqdm.auto import tqdm
 
 from distilembed.errors import UserError
 from index.corpus import CorpusSpec, CorpusStats
-from index.integrity import IVFDATA_FILE, RESCORE_FILE
+from index.integrity import INDEX_FILE, IVFDATA_FILE, RESCORE_FILE, STORE_FILE
 from index.rescore import write_batches
 from index.splits import CorpusPlan, Split, iter_split_documents
 from index.store import DocumentStore
@@ -33,11 +31,9 @@ BLOCK_ROWS = 1 << 20  # vectors per temporary IVF block of an on-disk build (~0.
 @dataclass
 class Assembled:
     ntotal: int
-    dim: int
     plan: IndexPlan
     stats: CorpusStats
     duplicates: int
-    on_disk: bool
 
 
 def shard_path(work: Path, split: Split) -> Path:
@@ -58,8 +54,7 @@ def _load(work: Path, split: Split) -> np.ndarray:
 def _store_documents(
     spec: CorpusSpec, plan: CorpusPlan, work: Path, store: DocumentStore, stats: CorpusStats
 ) -> tuple[list[np.ndarray], set[int]]:
-    """Write every document to the store; return each split's int ids (row order) and the ids
-    that occur more than once."""
+    """Write every document to the store; returns each split's int ids and the ids seen twice."""
     ids_per_split: list[np.ndarray] = []
     repeated: set[int] = set()
     with tqdm(total=plan.lines, desc="store", unit="row", dynamic_ncols=True) as bar:
@@ -116,27 +111,18 @@ def assemble(
     dim: int,
     index_plan: tuple[int, int, str, tuple[int, int]],
     on_disk: bool,
-    index_file: str,
-    store_file: str,
 ) -> Assembled:
-    """Write the store and the Faiss index for ``plan``'s shards into the directory ``out``.
-    ``index_plan``: (nlist, flat_below, storage, (pq m, pq bits)) for ``plan_index``. Compressed
-    lists (pq, binary) get the exact vectors in the rescoring file beside them."""
+    """Write the store, Faiss index (and rescoring file) of ``plan``'s shards into ``out``."""
     stats = CorpusStats()
-    store = DocumentStore(out / store_file)
-    try:
+    with closing(DocumentStore(out / STORE_FILE)) as store:
         ids_per_split, repeated = _store_documents(spec, plan, work, store, stats)
         ntotal = store.count()
-    finally:
-        store.close()
     if ntotal == 0:
         raise UserError(f"corpus has no usable rows: {spec.path} ({stats.skipped} skipped)")
-    duplicates = sum(len(ids) for ids in ids_per_split) - ntotal
-    if duplicates:
+    if duplicates := sum(len(ids) for ids in ids_per_split) - ntotal:
         log.warning("%s: %d duplicate ids, the last occurrence of each kept", spec.path, duplicates)
     masks = _live_masks(ids_per_split, repeated)
-    nlist, flat_below, storage, pq = index_plan
-    plan_ = plan_index(ntotal, nlist, flat_below, storage, pq)
+    plan_ = plan_index(ntotal, *index_plan)
     if on_disk and plan_.kind != "ivf":
         raise UserError(f"--on-disk needs an IVF index, and {ntotal} vectors plan {plan_.reason}")
     log.info("index plan: %s", plan_)
@@ -150,22 +136,21 @@ def assemble(
             yield split, ids[mask], _load(work, split)[mask]
 
     if on_disk:
-        _fill_on_disk(index, batches(), work, out / index_file, ntotal)
+        _fill_on_disk(index, batches(), work, out / INDEX_FILE, ntotal)
     else:
         with tqdm(total=ntotal, desc="index", unit="vec", dynamic_ncols=True) as bar:
             for _, ids, vectors in batches():
                 add(index, vectors, ids)
                 bar.update(len(ids))
-        save_index(index, out / index_file)
+        save_index(index, out / INDEX_FILE)
     if plan_.kind == "ivf" and plan_.storage in RESCORED:
         rows = max(int(ids.max()) + 1 for ids in ids_per_split if len(ids))
         write_batches(out / RESCORE_FILE, ((ids, vectors) for _, ids, vectors in batches()), rows, dim)
-    return Assembled(ntotal, dim, plan_, stats, duplicates, on_disk)
+    return Assembled(ntotal, plan_, stats, duplicates)
 
 
 def _fill_on_disk(index: faiss.Index, batches: object, work: Path, path: Path, ntotal: int) -> None:
-    """Faiss's recipe for indexes bigger than RAM: fill copies of the trained IVF block by block,
-    write each, then merge their lists into one ``.ivfdata`` file that is memory-mapped at load."""
+    """Faiss's recipe for indexes bigger than RAM: IVF blocks, merged into a memory-mapped ``.ivfdata``."""
     blocks_dir = work / "blocks"
     blocks_dir.mkdir(exist_ok=True)
     names: list[str] = []
@@ -173,9 +158,8 @@ def _fill_on_disk(index: faiss.Index, batches: object, work: Path, path: Path, n
 
     def flush() -> None:
         nonlocal block, held
-        name = str(blocks_dir / f"{len(names):05d}.index")
-        faiss.write_index(block, name)
-        names.append(name)
+        names.append(str(blocks_dir / f"{len(names):05d}.index"))
+        faiss.write_index(block, names[-1])
         block, held = faiss.clone_index(index), 0
 
     with tqdm(total=ntotal, desc="index", unit="vec", dynamic_ncols=True) as bar:

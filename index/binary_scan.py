@@ -1,19 +1,7 @@
-"""The Hamming scan of binary lists, by Faiss's counting search rather than the lists' own heap.
-
-Binary lists are an ``IndexIVFSpectralHash`` (``index/vectors.binary_lists``, decision 40). Its own
-search keeps a heap of the k best per query, and with k = ``rescore_k`` (20-50) candidates from a few
-hundred codes that heap is most of the scan. Faiss's ``IndexBinaryIVF`` can instead count
-Hamming distances (0..d) into buckets, exact top k without a heap, so this module scans the same
-lists through an ``IndexBinaryIVF`` that shares them (not a copy: upserts and deletes show at once):
-
-1. the float centroids choose the lists, as the index's own search would (its quantizer);
-2. the index encodes the queries exactly as it encoded the documents (``encode_vectors``);
-3. the binary view counts, in blocks of ``BLOCK`` queries.
-
-Two Faiss 1.15 details: its counting search reads ``max_codes`` 0 (no limit) as a budget of zero
-codes and answers -1 for every neighbour (``list_size_max = max_codes - nscan``), so a huge budget is
-passed; and it allocates ``queries x (d + 1) x k`` ids at once, hence the blocks. Measured on Quora
-(36,824 documents, nprobe 8, k 50; docs/decisions.md, 42): 1.3 us per query against the heap's 3.8.
+"""The Hamming scan of binary lists by Faiss's counting search, not their heap (docs/decisions.md,
+42: 1.3 us per query against 3.8): an ``IndexBinaryIVF`` sharing the lists counts distances into
+buckets. Faiss 1.15's counting search reads ``max_codes`` 0 as a budget of zero codes, and allocates
+``queries x (d + 1) x k`` ids at once, hence blocks of ``BLOCK`` queries.
 """
 
 from __future__ import annotations
@@ -32,8 +20,7 @@ _views_lock = threading.Lock()
 
 
 def countable(index: faiss.Index) -> bool:
-    """Binary lists as ``index build`` makes them: a bit per dimension, thresholds at 0 (the codes do
-    not depend on the list, so one query code serves every list)."""
+    """Binary lists as ``index build`` makes them: a bit per dimension, one threshold (0) for all lists."""
     return (
         isinstance(index, faiss.IndexIVFSpectralHash)
         and index.threshold_type == faiss.IndexIVFSpectralHash.Thresh_global
@@ -42,8 +29,7 @@ def countable(index: faiss.Index) -> bool:
 
 
 def binary_view(index: faiss.IndexIVFSpectralHash) -> faiss.IndexBinaryIVF:
-    """An ``IndexBinaryIVF`` over ``index``'s own inverted lists (shared, not owned), made once per
-    index object and again if the index's lists object is replaced."""
+    """An ``IndexBinaryIVF`` sharing ``index``'s lists, made again when its lists object is replaced."""
     lists = int(index.invlists.this)
     with _views_lock:
         cached = _views.get(index)
@@ -72,8 +58,7 @@ def query_codes(index: faiss.IndexIVFSpectralHash, queries: np.ndarray) -> np.nd
 def hamming_search(
     index: faiss.IndexIVFSpectralHash, queries: np.ndarray, k: int, nprobe: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(Hamming distances int32, ids), each (n_queries, k), best first; missing neighbours are -1
-    with distance ``d``. ``queries`` is float32, C-contiguous."""
+    """(int32 Hamming distances, ids), best first; a missing neighbour is -1 at distance ``d``."""
     nprobe = max(1, min(nprobe, index.nlist))
     _, lists = index.quantizer.search(queries, nprobe)
     lists = np.ascontiguousarray(lists, dtype=np.int64)
@@ -84,16 +69,6 @@ def hamming_search(
     params = faiss.SearchParametersIVF(nprobe=nprobe, max_codes=NO_BUDGET)
     view = binary_view(index)
     for start in range(0, len(queries), BLOCK):
-        stop = min(start + BLOCK, len(queries))
-        view.search_preassigned_c(
-            stop - start,
-            faiss.swig_ptr(codes[start:stop]),
-            k,
-            faiss.swig_ptr(lists[start:stop]),
-            faiss.swig_ptr(coarse[start:stop]),
-            faiss.swig_ptr(distances[start:stop]),
-            faiss.swig_ptr(ids[start:stop]),
-            False,
-            params,
-        )
+        block = [faiss.swig_ptr(a[start : start + BLOCK]) for a in (codes, lists, coarse, distances, ids)]
+        view.search_preassigned_c(min(BLOCK, len(queries) - start), block[0], k, *block[1:], False, params)
     return np.where(ids >= 0, distances, index.d), ids

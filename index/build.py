@@ -1,7 +1,5 @@
-"""``distilembed index build``: corpus -> embeddings (resumable shards) -> Faiss index + document store.
-
-Encoded shards are checkpointed in ``OUT.partial/shards``; the finished index is assembled in a temp
-dir and renamed to OUT, so OUT is never half-written and a killed build resumes without re-encoding.
+"""``distilembed index build``: corpus -> encoded shards in ``OUT.partial`` (a killed build resumes)
+-> Faiss index + document store, assembled in a temp dir renamed to OUT (docs/decisions.md, 8).
 """
 
 from __future__ import annotations
@@ -10,8 +8,6 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,20 +15,13 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from distilembed.artifacts import (
-    atomic_directory,
-    atomic_write_json,
-    git_commit,
-    now_iso,
-    tool_versions,
-)
+from distilembed.artifacts import atomic_directory, atomic_write_json, git_commit, now_iso, tool_versions
 from distilembed.errors import UserError
 from export.runtime import MODEL_FILES, TOKENIZER_FILE, Encoder, bundle_identity, verify_bundle
 from index.assemble import assemble, save_shard, shard_path
 from index.build_config import ENGINES, BuildConfig
 from index.corpus import CorpusSpec, CorpusStats
-from index.integrity import with_files
-from index.live import INDEX_FILE, STORE_FILE, writer_lock_held
+from index.integrity import INDEX_FILE, STORE_FILE, claim_output, seal
 from index.splits import CorpusPlan, Split, iter_documents, iter_split_documents, plan_corpus
 from index.store import Document, DocumentStore
 from index.vectors import (
@@ -81,15 +70,6 @@ def _encode_local(
     return seconds, encoded
 
 
-def _check_resume(work: Path, identity: dict[str, Any]) -> None:
-    saved = work / "build.json"
-    identity = json.loads(json.dumps(identity))  # compare as stored (tuples become lists)
-    if saved.exists() and json.loads(saved.read_text()) != identity:
-        raise UserError(f"{work} holds a build of other inputs; delete it to start over")
-    work.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(saved, identity)
-
-
 def _index_manifest(
     cfg: BuildConfig,
     bundle_sha: str | None,
@@ -99,6 +79,8 @@ def _index_manifest(
     ntotal: int,
     corpus: dict[str, Any] | None,
 ) -> dict[str, Any]:
+    pq = {"pq": {"m": plan.pq_m, "bits": plan.pq_bits}} if plan.storage == "pq" else {}
+    rescored = pq | {"rescore_k": cfg.rescore_k}
     return {
         "kind": "index",
         "created": now_iso(),
@@ -117,130 +99,81 @@ def _index_manifest(
         "plan": plan.reason,
         "ntotal": ntotal,
         "metric": "inner_product",
-    } | _storage_fields(cfg, plan)
-
-
-def _storage_fields(cfg: BuildConfig, plan: IndexPlan) -> dict[str, Any]:
-    if plan.kind != "ivf" or plan.storage not in RESCORED:
-        return {}
-    pq = {"pq": {"m": plan.pq_m, "bits": plan.pq_bits}} if plan.storage == "pq" else {}
-    return pq | {"rescore_k": cfg.rescore_k}
-
-
-@contextmanager
-def _claim_output(out: Path, overwrite: bool, what: str) -> Iterator[None]:
-    """Refuse an existing OUT without ``overwrite``. With it, hold OUT's writer lock until OUT has
-    been replaced: a service still writing to OUT would later checkpoint its old vectors into the
-    new directory, so while one runs this is a one-line error instead."""
-    if out.exists() and not overwrite:
-        raise UserError(f"output exists: {out} (pass --overwrite to {what})")
-    with writer_lock_held(out) if out.is_dir() else nullcontext():
-        yield
+    } | (rescored if plan.kind == "ivf" and plan.storage in RESCORED else {})
 
 
 def create_empty(cfg: BuildConfig, overwrite: bool = False) -> dict[str, Any]:
-    """An empty live index for ``cfg.bundle`` (exact search; documents arrive by upsert). IVF needs
-    vectors to train on: ``build`` a large corpus instead, or ``index retrain`` this one once it
-    has grown."""
+    """An empty live index for ``cfg.bundle``: exact search until ``index retrain`` once it has grown."""
     out = Path(cfg.out)
-    with _claim_output(out, overwrite, "replace it"):
-        return _create_empty(cfg, out, overwrite)
-
-
-def _create_empty(cfg: BuildConfig, out: Path, overwrite: bool) -> dict[str, Any]:
-    bundle = verify_bundle(Path(cfg.bundle), [])
-    dim = int(bundle["dim"])
-    plan = IndexPlan("flat", 0, "created empty: exact search; run 'index retrain' once it is large")
-    with atomic_directory(out, overwrite=overwrite) as tmp:
-        DocumentStore(tmp / STORE_FILE).close()
-        save_index(build_index(np.zeros((0, dim), dtype=np.float32), plan), tmp / INDEX_FILE)
-        manifest = _index_manifest(
-            cfg, bundle_identity(Path(cfg.bundle)), dim=dim, plan=plan, ntotal=0, corpus=None
-        )
-        manifest = with_files(tmp, manifest)
-        atomic_write_json(tmp / "manifest.json", manifest)
-    return manifest
+    with claim_output(out, overwrite):
+        dim = int(verify_bundle(Path(cfg.bundle), [])["dim"])
+        plan = IndexPlan("flat", 0, "created empty: exact search; run 'index retrain' once it is large")
+        with atomic_directory(out, overwrite=overwrite) as tmp:
+            DocumentStore(tmp / STORE_FILE).close()
+            save_index(build_index(np.zeros((0, dim), dtype=np.float32), plan), tmp / INDEX_FILE)
+            manifest = _index_manifest(
+                cfg, bundle_identity(Path(cfg.bundle)), dim=dim, plan=plan, ntotal=0, corpus=None
+            )
+            return seal(tmp, manifest)
 
 
 def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[str, Any]:
     out = Path(cfg.out)
-    with _claim_output(out, overwrite, "rebuild it"):
-        return _build(cfg, spec, out, overwrite)
+    with claim_output(out, overwrite, "rebuild it"):
+        check_storage(cfg.storage, pq_bits=cfg.pq_bits)  # before the corpus is read and encoded
+        if cfg.on_disk and cfg.storage in RESCORED:
+            raise UserError(f"--on-disk keeps float32 or sq8 lists; {cfg.storage} lists fit in RAM")
+        if cfg.rescore_k < 1:
+            raise UserError(f"--rescore-k must be at least 1, not {cfg.rescore_k}")
+        if cfg.engine not in ENGINES:
+            raise UserError(f"--engine must be one of {', '.join(ENGINES)}, not {cfg.engine!r}")
+        start = time.perf_counter()
+        plan = plan_corpus(spec, cfg.shard_size)  # validates the corpus before a model is loaded
+        # `in` narrows the str to a key of MODEL_FILES (dict.get would want a Variant already)
+        model_file = MODEL_FILES[cfg.variant] if cfg.variant in MODEL_FILES else cfg.variant  # noqa: SIM401
+        dim = int(verify_bundle(Path(cfg.bundle), [model_file, TOKENIZER_FILE])["dim"])
+        pq = (cfg.pq_m or default_pq_m(dim), cfg.pq_bits)
+        check_storage(cfg.storage, dim, *pq)
+        bundle_sha = bundle_identity(Path(cfg.bundle))
+        work = out.with_name(out.name + ".partial")
+        identity = {"bundle_sha256": bundle_sha, "variant": cfg.variant, "splits": plan.identity()}
+        identity = json.loads(json.dumps(identity | {"corpus": asdict(spec) | {"path": str(spec.path)}}))
+        saved = work / "build.json"  # compared as stored (tuples become lists)
+        if saved.exists() and json.loads(saved.read_text()) != identity:
+            raise UserError(f"{work} holds a build of other inputs; delete it to start over")
+        (work / "shards").mkdir(parents=True, exist_ok=True)
+        atomic_write_json(saved, identity)
+        todo = [split for split in plan.splits if not shard_path(work, split).exists()]
+        if done := len(plan.splits) - len(todo):
+            log.info("resuming: %d of %d splits already encoded", done, len(plan.splits))
+        if cfg.engine == "ray":
+            from index.ray_build import encode_with_ray
 
-
-def _build(cfg: BuildConfig, spec: CorpusSpec, out: Path, overwrite: bool) -> dict[str, Any]:
-    check_storage(cfg.storage, pq_bits=cfg.pq_bits)  # before the corpus is read and encoded
-    if cfg.on_disk and cfg.storage in RESCORED:
-        raise UserError(f"--on-disk keeps float32 or sq8 lists; {cfg.storage} lists fit in RAM")
-    if cfg.rescore_k < 1:
-        raise UserError(f"--rescore-k must be at least 1, not {cfg.rescore_k}")
-    if cfg.engine not in ENGINES:
-        raise UserError(f"--engine must be one of {', '.join(ENGINES)}, not {cfg.engine!r}")
-    start = time.perf_counter()
-    plan = plan_corpus(spec, cfg.shard_size)  # validates the corpus before a model is loaded
-    # `in` narrows the str to a key of MODEL_FILES (dict.get would want a Variant already)
-    model_file = MODEL_FILES[cfg.variant] if cfg.variant in MODEL_FILES else cfg.variant  # noqa: SIM401
-    bundle = verify_bundle(Path(cfg.bundle), [model_file, TOKENIZER_FILE])
-    pq = (cfg.pq_m or default_pq_m(int(bundle["dim"])), cfg.pq_bits)
-    check_storage(cfg.storage, int(bundle["dim"]), *pq)
-    bundle_sha = bundle_identity(Path(cfg.bundle))
-    work = out.with_name(out.name + ".partial")
-    _check_resume(
-        work,
-        {
-            "bundle_sha256": bundle_sha,
-            "variant": cfg.variant,
-            "corpus": asdict(spec) | {"path": str(spec.path)},
-            "splits": plan.identity(),
-        },
-    )
-    (work / "shards").mkdir(exist_ok=True)
-    todo = [split for split in plan.splits if not shard_path(work, split).exists()]
-    if len(todo) < len(plan.splits):
-        done = len(plan.splits) - len(todo)
-        log.info("resuming: %d of %d splits already encoded", done, len(plan.splits))
-    if cfg.engine == "ray":
-        from index.ray_build import encode_with_ray
-
-        encode_seconds, encoded = encode_with_ray(cfg, spec, plan, todo, work)
-    else:
-        encode_seconds, encoded = _encode_local(cfg, spec, plan, todo, work)
-    with atomic_directory(out, overwrite=overwrite) as tmp:
-        made = assemble(
-            spec,
-            plan,
-            work,
-            tmp,
-            dim=int(bundle["dim"]),
-            index_plan=(cfg.nlist, cfg.flat_below, cfg.storage, pq),
-            on_disk=cfg.on_disk,
-            index_file=INDEX_FILE,
-            store_file=STORE_FILE,
-        )
-        total = time.perf_counter() - start
-        manifest = _index_manifest(
-            cfg,
-            bundle_sha,
-            dim=made.dim,
-            plan=made.plan,
-            ntotal=made.ntotal,
-            corpus={
+            encode_seconds, encoded = encode_with_ray(cfg, spec, plan, todo, work)
+        else:
+            encode_seconds, encoded = _encode_local(cfg, spec, plan, todo, work)
+        index_plan = (cfg.nlist, cfg.flat_below, cfg.storage, pq)
+        with atomic_directory(out, overwrite=overwrite) as tmp:
+            made = assemble(spec, plan, work, tmp, dim=dim, index_plan=index_plan, on_disk=cfg.on_disk)
+            total = time.perf_counter() - start
+            corpus = {
                 "path": str(spec.path),
                 "files": plan.describe(),
                 "rows": made.stats.rows,
                 "skipped": made.stats.skipped,
                 "skipped_lines": made.stats.skipped_lines[:100],
                 "duplicates": made.duplicates,
-            },
-        ) | {
-            "engine": cfg.engine,
-            "on_disk": made.on_disk,
-            "build_seconds": round(total, 2),
-            "encode_seconds_this_run": round(encode_seconds, 2),
-            "docs_encoded_this_run": encoded,
-            "docs_per_s": round(encoded / total, 1),  # this run's work: a resumed build reuses shards
-        }
-        manifest = with_files(tmp, manifest)
-        atomic_write_json(tmp / "manifest.json", manifest)
+            }
+            manifest = _index_manifest(
+                cfg, bundle_sha, dim=dim, plan=made.plan, ntotal=made.ntotal, corpus=corpus
+            ) | {
+                "engine": cfg.engine,
+                "on_disk": cfg.on_disk,
+                "build_seconds": round(total, 2),
+                "encode_seconds_this_run": round(encode_seconds, 2),
+                "docs_encoded_this_run": encoded,
+                "docs_per_s": round(encoded / total, 1),  # this run's work: a resumed build reuses shards
+            }
+            manifest = seal(tmp, manifest)
     shutil.rmtree(work, ignore_errors=True)
     return manifest

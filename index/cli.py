@@ -4,6 +4,7 @@ on this path."""
 from __future__ import annotations
 
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -172,14 +173,9 @@ def count_command(
     filter_: Annotated[str | None, Opt("--filter", help=FILTER_HELP)] = None,
 ) -> None:
     """How many documents pass a filter (all of them without one)."""
-    from index.live import LiveIndex
-
     where = _filter(filter_)
-    live = LiveIndex(index, writable=False)
-    try:
+    with _opened(index, writable=False) as live:
         typer.echo(json.dumps({"count": live.count(where)}))
-    finally:
-        live.close(checkpoint=False)
 
 
 @app.command("field")
@@ -192,15 +188,17 @@ def field_command(
 
 
 def _add_field_indexes(index: Path, fields: list[str]) -> list[str]:
-    from index.live import LiveIndex
-
-    live = LiveIndex(index)
-    try:
+    with _opened(index) as live:
         for field in fields:
             live.add_field_index(field)
         return list(live.indexed_fields)
-    finally:
-        live.close()
+
+
+def _opened(index: Path, writable: bool = True) -> closing[Any]:
+    """The ``LiveIndex`` at ``index``, closed (a writer checkpointed) after the block."""
+    from index.live import LiveIndex
+
+    return closing(LiveIndex(index, writable=writable))
 
 
 FILTER_HELP = 'A metadata filter as JSON, e.g. \'{"lang": "en", "year": {"$gte": 2020}}\' (docs/serving.md).'
@@ -255,11 +253,8 @@ def delete_command(
     ids: Annotated[list[str], typer.Argument(help="Document ids to delete.")],
 ) -> None:
     """Delete documents by id (durable on return)."""
-    from index.live import LiveIndex
-
-    live = LiveIndex(index)
-    gone = live.delete(ids)
-    live.close()
+    with _opened(index) as live:
+        gone = live.delete(ids)
     typer.echo(json.dumps({"deleted": gone, "missing": sorted(set(ids) - set(gone)), "ntotal": live.ntotal}))
 
 
@@ -278,16 +273,13 @@ def retrain_command(
 
     For an index grown from empty or moved to another domain. In a running service: POST /index/retrain
     """
-    from index.live import LiveIndex
     from index.vectors import pq_shape
 
-    live = LiveIndex(index)
-    try:
+    with _opened(index) as live:
         m, bits = pq_shape(live.index)
-        pq = (pq_m or m, pq_bits or bits)
-        manifest = live.retrain(nlist=nlist, storage=storage, flat_below=flat_below, pq=pq)
-    finally:
-        live.close()
+        manifest = live.retrain(
+            nlist=nlist, storage=storage, flat_below=flat_below, pq=(pq_m or m, pq_bits or bits)
+        )
     keys = ("ntotal", "index_type", "nlist", "plan", "retrained")
     typer.echo(json.dumps({k: manifest[k] for k in keys}))
 
@@ -312,10 +304,8 @@ def shard_command(
 @app.command("info")
 def info_command(index: Annotated[Path, typer.Argument(help="Index directory.")]) -> None:
     """Print an index's manifest, with the memory its lists take per document."""
-    from index.live import LiveIndex
-
-    live = LiveIndex(index, writable=False)
-    typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal} | live.footprint(), indent=2))
+    with _opened(index, writable=False) as live:
+        typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal} | live.footprint(), indent=2))
 
 
 @app.command("verify")

@@ -1,15 +1,11 @@
-"""Read a corpus to index: one file, a directory or a glob of files, each .txt (one text per line),
-.jsonl / .csv / .tsv with id, text and optional metadata columns (optionally .gz), or .parquet.
-Bad rows (non-UTF-8 bytes, missing fields) are skipped and counted.
-
-Delimited files are read one physical line per row (so a bad line costs one row and keeps its line
-number); quoted fields must not contain newlines. How a corpus is cut into splits that both build
-engines encode alike, and ``iter_documents`` (every document, split by split), are in
-``index/splits.py``, which builds on this module.
+"""Read a corpus to index: .txt (a text per line), .jsonl, .csv or .tsv (id, text, metadata
+columns; optionally .gz) or .parquet files. Bad rows are skipped and counted; delimited files are
+read a physical line per row (quoted fields must not hold newlines). Splits: index/splits.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import gzip
@@ -46,11 +42,6 @@ class CorpusStats:
         if self.skipped <= MAX_WARNINGS and not self.quiet:
             log.warning("%s:%s: skipped: %s", where, lineno, why)
 
-    def merge(self, other: CorpusStats) -> None:
-        self.rows += other.rows
-        self.skipped += other.skipped
-        self.skipped_lines.extend(other.skipped_lines[: max(0, 1000 - len(self.skipped_lines))])
-
 
 def format_of(path: Path) -> str:
     name = path.name.removesuffix(".gz")
@@ -65,8 +56,7 @@ def format_of(path: Path) -> str:
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    """``path``: a file, a directory (every corpus file under it, recursively, in name order) or a
-    glob such as ``data/part-*.parquet``."""
+    """``path``: a file, a directory (its corpus files, recursively, by name) or a glob."""
 
     path: Path
     id_column: str = "id"
@@ -106,11 +96,9 @@ class CorpusSpec:
 
 
 def _known(path: Path) -> bool:
-    try:
-        format_of(path)
-    except UserError:
-        return False
-    return True
+    with contextlib.suppress(UserError):
+        return bool(format_of(path))
+    return False
 
 
 def open_binary(path: Path) -> io.BufferedIOBase:
@@ -129,8 +117,7 @@ def decoded(
 
 
 def check_columns(spec: CorpusSpec, header: list[str], where: str) -> None:
-    missing = [c for c in spec.columns if c not in header]
-    if missing:
+    if missing := [c for c in spec.columns if c not in header]:
         raise UserError(f"{where}: no column {', '.join(map(repr, missing))} (header: {', '.join(header)})")
 
 
@@ -151,8 +138,7 @@ def from_mapping(
 
 
 def _json_value(value: Any) -> Any:
-    """NaN and Infinity (a missing value in a table, or a jsonl extension) become null: JSON has
-    neither, and the service could not send them back."""
+    """NaN and Infinity become null: JSON has neither, and the service could not send them back."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -163,11 +149,9 @@ def _json_value(value: Any) -> Any:
 
 
 def _encodable(doc: Document) -> bool:
+    metadata = json.dumps(doc.metadata, ensure_ascii=False, default=str) if doc.metadata else ""
     try:
-        doc.id.encode("utf-8")
-        doc.text.encode("utf-8")
-        if doc.metadata:
-            json.dumps(doc.metadata, ensure_ascii=False, default=str).encode("utf-8")
+        (doc.id + doc.text + metadata).encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
@@ -183,21 +167,23 @@ def parse_lines(
     header: list[str] | None = None,
     id_prefix: str = "",
 ) -> Iterator[Document]:
-    """Documents from decoded lines of one line-format file. ``header``: a delimited file's
-    columns (its first line is then not among ``lines``); .txt lines get ids
-    ``<id_prefix>line-<n>`` (1-based, stable across rebuilds)."""
-    if fmt == ".txt":
-        for lineno, text in lines:
-            if text.strip():
-                stats.rows += 1
-                yield Document(f"{id_prefix}line-{lineno}", text.strip())
-    elif fmt == ".jsonl":
-        for lineno, text in lines:
-            row = _json_object(text, lineno, where, stats) if text.strip() else None
-            if row is not None and (doc := from_mapping(spec, row, lineno, where, stats)):
-                yield doc
-    else:
-        yield from _delimited(spec, fmt, lines, stats, where, header)
+    """Documents from decoded lines of one line-format file (``header``: a delimited file's columns);
+    .txt lines get ids ``<id_prefix>line-<n>``, 1-based, stable across rebuilds."""
+    columns = header or []
+    for lineno, text in lines:
+        row = None
+        if fmt == ".txt" and text.strip():
+            stats.rows += 1
+            yield Document(f"{id_prefix}line-{lineno}", text.strip())
+        elif fmt == ".jsonl" and text.strip():
+            row = _json_object(text, lineno, where, stats)
+        elif fmt in (".csv", ".tsv") and (fields := split_fields(text, fmt)):
+            if len(fields) == len(columns):
+                row = dict(zip(columns, fields, strict=True))
+            else:
+                stats.skip(where, lineno, f"{len(fields)} fields, header has {len(columns)}")
+        if row is not None and (doc := from_mapping(spec, row, lineno, where, stats)):
+            yield doc
 
 
 def _json_object(text: str, lineno: int, where: str, stats: CorpusStats) -> dict[str, Any] | None:
@@ -224,29 +210,6 @@ def first_json_columns(path: Path) -> list[str] | None:
 
 def split_fields(text: str, fmt: str) -> list[str]:
     return next(csv.reader(io.StringIO(text), delimiter="\t" if fmt == ".tsv" else ","), [])
-
-
-def _delimited(  # noqa: PLR0917
-    spec: CorpusSpec,
-    fmt: str,
-    lines: Iterator[tuple[int, str]],
-    stats: CorpusStats,
-    where: str,
-    header: list[str] | None,
-) -> Iterator[Document]:
-    for lineno, text in lines:
-        fields = split_fields(text, fmt)
-        if header is None:
-            header = fields
-            check_columns(spec, header, where)
-            continue
-        if not fields:
-            continue
-        if len(fields) != len(header):
-            stats.skip(where, lineno, f"{len(fields)} fields, header has {len(header)}")
-            continue
-        if doc := from_mapping(spec, dict(zip(header, fields, strict=True)), lineno, where, stats):
-            yield doc
 
 
 def warn_skipped_total(spec: CorpusSpec, stats: CorpusStats) -> None:

@@ -1,10 +1,6 @@
-"""A parsed filter (index/filters.py) as a parameterised SQL condition on the ``docs`` table.
-
-No key, path or value is ever part of the SQL text: every one is a bound parameter. A condition on
-a field with a payload index (``field_values``, one row per value a document has at that path)
-is a lookup in that index, so its cost follows its matches. A condition on any other field runs
-``distilembed_matches(metadata, ?)``, the same Python evaluator the property tests check the index
-against, row by row: correct on every field, fast on the indexed ones.
+"""A parsed filter (index/filters.py) as a parameterised SQL condition on ``docs``: a condition on a
+field with a payload index (``field_values``) is a lookup there; one on any other field runs the
+Python evaluator per row.
 """
 
 from __future__ import annotations
@@ -12,7 +8,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -31,8 +28,7 @@ CREATE INDEX IF NOT EXISTS field_values_doc ON field_values (int_id);
 """
 MATCH_FUNCTION = "distilembed_matches"
 _IN_FIELD = "int_id IN (SELECT int_id FROM field_values WHERE field = ?{})"
-# Per row instead: a seek in the payload index for each of a few candidates, where the IN form
-# would first collect every match of a common value.
+# Per row: a seek in the payload index per candidate, where the IN form collects every match first.
 _ROW_HAS_FIELD = "EXISTS (SELECT 1 FROM field_values f WHERE f.field = ?{} AND f.int_id = docs.int_id)"
 _SYMBOLS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
@@ -43,8 +39,7 @@ def _condition(encoded: str) -> Condition:
     return Condition("", tuple(path), op, tuple(operand) if isinstance(operand, list) else operand)
 
 
-# The last metadata text parsed, per thread: a filter with several unindexed conditions parses
-# each row once.
+# The last metadata parsed, per thread: several unindexed conditions parse each row once.
 _last = threading.local()
 
 
@@ -60,12 +55,16 @@ def install(db: sqlite3.Connection) -> None:
     db.create_function(MATCH_FUNCTION, 2, _matches, deterministic=True)
 
 
-def _join(parts: list[str], op: str) -> str:
-    """``a op b op c ...`` as a balanced tree: SQLite refuses expressions nested 1,000 deep."""
+def _balanced(parts: list[str], pair: Callable[[str, str], str]) -> str:
+    """``parts`` paired as a balanced tree: SQLite refuses expressions nested 1,000 deep."""
     if len(parts) == 1:
         return parts[0]
     mid = len(parts) // 2
-    return f"({_join(parts[:mid], op)} {op} {_join(parts[mid:], op)})"
+    return pair(_balanced(parts[:mid], pair), _balanced(parts[mid:], pair))
+
+
+def _join(parts: list[str], op: str) -> str:
+    return _balanced(parts, lambda left, right: f"({left} {op} {right})")
 
 
 def _by_kind(operands: tuple[Any, ...]) -> dict[int, list[Any]]:
@@ -77,27 +76,31 @@ def _by_kind(operands: tuple[Any, ...]) -> dict[int, list[Any]]:
     return grouped
 
 
-def _value_in(values: list[Any]) -> str:
-    return f" AND kind = ? AND value IN ({','.join('?' * len(values))})"
-
-
-class _IndexedConditions:
-    """A condition on an indexed field from three primitives: ``lookup`` (documents with rows
-    for the field matching ``extra``), ``any_of`` and ``negate``; the two SQL forms below
-    supply them (a row predicate; a SELECT of ids)."""
+class _IndexedConditions(ABC):
+    """A filter as SQL; the two forms below supply ``lookup``, ``any_of``, ``negate`` and ``all_of``."""
 
     params: list[Any]
 
-    def lookup(self, field: str, extra: str = "", *values: Any) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def lookup(self, field: str, extra: str = "", *values: Any) -> str: ...
+    @abstractmethod
+    def any_of(self, terms: list[str]) -> str: ...
+    @abstractmethod
+    def negate(self, expr: str) -> str: ...
+    @abstractmethod
+    def all_of(self, node: AllOf) -> str: ...
 
-    def any_of(self, terms: list[str]) -> str:
-        raise NotImplementedError
+    def node(self, node: Node) -> str:
+        if isinstance(node, Condition):
+            return self.condition(node)
+        if isinstance(node, Not):
+            return self.negate(self.node(node.part))
+        if isinstance(node, AllOf):
+            return self.all_of(node)
+        return self.any_of([self.node(p) for p in node.parts])
 
-    def negate(self, expr: str) -> str:
-        raise NotImplementedError
-
-    def indexed_condition(self, cond: Condition) -> str:
+    def condition(self, cond: Condition) -> str:
+        """A condition on an indexed field."""
         op, operand, field = cond.op, cond.operand, cond.field
         if op == "$exists":
             present = self.lookup(field)
@@ -109,7 +112,8 @@ class _IndexedConditions:
         if None in operands:  # a null value, or no value at all
             terms += [self.lookup(field, " AND kind = 0"), self.negate(self.lookup(field))]
         for k, values in _by_kind(operands).items():
-            terms.append(self.lookup(field, _value_in(values), k, *values))
+            marks = ",".join("?" * len(values))
+            terms.append(self.lookup(field, f" AND kind = ? AND value IN ({marks})", k, *values))
         matched = self.any_of(terms)
         return self.negate(matched) if op in ("$ne", "$nin") else matched
 
@@ -120,19 +124,15 @@ class _Compiler(_IndexedConditions):
         self.params = []
         self.template = _ROW_HAS_FIELD if per_row else _IN_FIELD
 
-    def node(self, node: Node) -> str:
-        if isinstance(node, Condition):
-            return self.indexed_condition(node) if node.field in self.indexed else self.scan(node)
-        if isinstance(node, Not):
-            return self.negate(self.node(node.part))
-        if not node.parts:
-            return "1" if isinstance(node, AllOf) else "0"
-        return _join([self.node(p) for p in node.parts], "AND" if isinstance(node, AllOf) else "OR")
-
-    def scan(self, cond: Condition) -> str:
+    def condition(self, cond: Condition) -> str:
+        if cond.field in self.indexed:
+            return super().condition(cond)
         operand = list(cond.operand) if isinstance(cond.operand, tuple) else cond.operand
         self.params.append(json.dumps([list(cond.path), cond.op, operand]))
         return f"{MATCH_FUNCTION}(metadata, ?)"
+
+    def all_of(self, node: AllOf) -> str:
+        return _join([self.node(p) for p in node.parts], "AND") if node.parts else "1"
 
     def lookup(self, field: str, extra: str = "", *values: Any) -> str:
         self.params += [field, *values]
@@ -146,8 +146,7 @@ class _Compiler(_IndexedConditions):
 
 
 def compile_where(node: Node, indexed: Iterable[str], per_row: bool = False) -> tuple[str, list[Any]]:
-    """A SQL condition on a ``docs`` row, with its parameters; ``per_row`` for a query that checks
-    a few given rows rather than finding every match."""
+    """A SQL condition on a ``docs`` row and its parameters; ``per_row``: for a few given rows."""
     compiler = _Compiler(frozenset(indexed), per_row)
     return compiler.node(node), compiler.params
 
@@ -157,26 +156,15 @@ _ALL = "SELECT int_id FROM docs"
 
 
 class _SetCompiler(_IndexedConditions):
-    """A filter on indexed fields only, as a compound SELECT of int ids over the payload index:
-    it never reads a ``docs`` row (a rowid lookup each, the bulk of the cost for thousands)."""
+    """A filter on indexed fields only, as a SELECT of int ids that never reads a ``docs`` row."""
 
     def __init__(self) -> None:
         self.params = []
 
-    def node(self, node: Node) -> str:
-        if isinstance(node, Condition):
-            return self.indexed_condition(node)
-        if isinstance(node, Not):
-            return self.negate(self.node(node.part))
+    def all_of(self, node: AllOf) -> str:
+        """One part's ids, the others checked per id (an INTERSECT would collect every match of each)."""
         if not node.parts:
-            return _ALL if isinstance(node, AllOf) else _ALL + " WHERE 0"
-        if isinstance(node, AllOf):
-            return self.conjunction(node)
-        return self.combine([self.node(p) for p in node.parts], "UNION")
-
-    def conjunction(self, node: AllOf) -> str:
-        """One part's ids, the others checked per id: an INTERSECT would first collect every match
-        of each part, and ``{"lang": "en", "archived": false}`` has a common part."""
+            return _ALL
         driver = next((p for p in node.parts if _is_lookup(p)), node.parts[0])
         rest = [p for p in node.parts if p is not driver]
         ids = self.node(driver)
@@ -188,12 +176,10 @@ class _SetCompiler(_IndexedConditions):
 
     @staticmethod
     def combine(parts: list[str], op: str) -> str:
-        """Balanced, each side a subquery: compound SELECTs chain left to right, with no parentheses."""
-        if len(parts) == 1:
-            return parts[0]
-        mid = len(parts) // 2
-        left, right = _SetCompiler.combine(parts[:mid], op), _SetCompiler.combine(parts[mid:], op)
-        return f"SELECT int_id FROM ({left}) {op} SELECT int_id FROM ({right})"
+        """Each side a subquery: compound SELECTs chain left to right, with no parentheses."""
+        return _balanced(
+            parts, lambda left, right: f"SELECT int_id FROM ({left}) {op} SELECT int_id FROM ({right})"
+        )
 
     def lookup(self, field: str, extra: str = "", *values: Any) -> str:
         self.params += [field, *values]
@@ -216,8 +202,7 @@ def _is_lookup(node: Node) -> bool:
 
 
 def compile_ids(node: Node, indexed: Iterable[str]) -> tuple[str, list[Any]] | None:
-    """A SELECT of the matching int ids that reads only the payload index, when every condition of
-    the filter is on an indexed field; None otherwise."""
+    """A SELECT of the matching int ids from the payload index alone, if it covers the filter; else None."""
     fields = frozenset(indexed)
     if any(c.field not in fields for c in conditions(node)):
         return None

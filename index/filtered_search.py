@@ -1,17 +1,7 @@
-"""Search with a metadata filter: the plan that keeps a filter's cost near its matches' cost.
-
-1. **Post-filter.** Search without the filter for ``OVERFETCH x k`` candidates and keep those that
-   pass (one SQL query over the candidates' ids). When ``k`` pass, they are exactly the top-k that
-   a search restricted to the matching documents would find in the same lists: any better match
-   would have ranked among the candidates. A filter that half the documents pass costs one wider
-   search.
-2. **Pre-filter**, for the queries that came short (a selective filter): the matching ids from the
-   store (a payload index lookup when the fields are indexed, or the cache of index/filter_cache.py),
-   then a search restricted to them. An IVF probes ``nprobe * sqrt(ntotal / matches)`` lists
-   (at most all): on `models/default`'s vectors of 100,000 Wikipedia sentences that keeps the
-   recall@10 of an unfiltered search (0.69 at nprobe 5) for filters that 1%, 5% or 20% pass (0.70,
-   0.73, 0.75), where ``ntotal / matches`` would buy 0.86-0.98 at 2-6x the scan. Compressed lists
-   score every match exactly (index/rescore.py).
+"""Search with a metadata filter at a cost near its matches' (docs/decisions.md, 62): post-filter
+``OVERFETCH x k`` candidates, then search the queries that came short among the matching ids only,
+probing ``nprobe * sqrt(ntotal / matches)`` lists, which keeps an unfiltered search's recall@10 (0.69
+at nprobe 5, 100,000 Wikipedia sentences) for filters that 1-20% pass (0.70-0.75).
 """
 
 from __future__ import annotations
@@ -58,8 +48,7 @@ def vector_search(
 
 
 def id_selector(ids: np.ndarray) -> tuple[faiss.IDSelector, np.ndarray | None]:
-    """A bitmap over the id range for many ids (a bit test per scanned id, and 5x faster to
-    build than a hash set of 10,000), a hash set for a few (no bitmap of the whole range)."""
+    """A bitmap over the id range for many ids (5x faster to build than a hash set), a hash set for few."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if len(ids) < BITMAP_FROM or ids[0] < 0:  # ids come sorted
         return faiss.IDSelectorBatch(ids), None
@@ -98,19 +87,15 @@ class _Plan:
     rescore_k: int | None
     scores: np.ndarray = field(init=False)
     ids: np.ndarray = field(init=False)
+    ntotal: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.scores = np.full((len(self.queries), self.k), -np.inf, dtype=np.float32)
         self.ids = np.full((len(self.queries), self.k), -1, dtype=np.int64)
-
-    @property
-    def ntotal(self) -> int:
-        return int(self.live.index.ntotal)
+        self.ntotal = int(self.live.index.ntotal)  # the caller holds the lock: it stays
 
     def post_filter(self, known: tuple[int, np.ndarray | None] | None) -> list[int]:
-        """Step 1; returns the rows that came short of k. ``known``: the filter's match count and
-        ids, when cached: the candidates are then as many as three times k need, and checked
-        against the ids without a query."""
+        """Step 1; returns the rows that came short of k. ``known``: the cached match count and ids."""
         live, k, ntotal = self.live, self.k, self.ntotal
         wide = min(ntotal, k * OVERFETCH)
         if known is not None and known[0]:

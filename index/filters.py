@@ -1,29 +1,13 @@
-"""The metadata filter language: parsed and checked here, evaluated in Python (``matches``) and
-compiled to parameterised SQL (index/filter_sql.py). The two must agree on every document; a
-property test holds them to it.
-
-A filter is a JSON object whose clauses must all hold (an empty object matches everything)::
-
-    {"lang": "en"}                                   equality (a bare value is $eq)
-    {"price": {"$gte": 10, "$lt": 20}}               operators on one field, all must hold
-    {"tags": {"$in": ["news", "sport"]}}             any listed value
-    {"author.name": "Ada"}                           a nested key, by its path
-    {"$or": [{"lang": "en"}, {"$not": {"draft": true}}]}
-
-Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists``; logic: ``$and $or $not``. A path's
-segments are separated by dots; a key that holds a dot or a backslash escapes it (``a\\.b`` is the
-one key ``a.b``), and a path that starts with a ``$`` key escapes that ``$`` (``\\$ref``). Where a
-path meets a list it looks at each element (a list of objects: each object's key), so
-``{"tags": "news"}`` matches ``{"tags": ["news", "sport"]}``. Values compare within their type:
-numbers with numbers (``1 == 1.0``, exactly, also past 64 bits), strings with strings (by code
-point), booleans only by equality; ``true`` never equals ``1``. ``{"f": null}`` matches a null ``f``
-or a missing one, and ``$ne``/``$nin`` are the negations of ``$eq``/``$in`` (they match a missing
-field), as in MongoDB.
+"""The metadata filter language (docs/serving.md, "Filters"; docs/decisions.md, 62): parsed and
+checked here, evaluated in Python (``matches``) and compiled to parameterised SQL
+(index/filter_sql.py); a property test holds the two to agreeing on every document. As in MongoDB,
+``{"f": null}`` matches a null or missing ``f`` and ``$ne``/``$nin`` negate ``$eq``/``$in``.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +20,7 @@ OPERATORS = ("$eq", "$ne", "$in", "$nin", *COMPARISONS, "$exists")
 LOGICAL = ("$and", "$or", "$not")
 INT64 = (-(1 << 63), (1 << 63) - 1)
 MAX_NUMBER = 1.7e308  # what the OpenAPI schema states: finite, with room below float's limit
+_ORDER = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 
 
 class FilterError(UserError):
@@ -44,9 +29,8 @@ class FilterError(UserError):
 
 @dataclass(frozen=True)
 class FilterLimits:
-    """The shape a filter may take. ``depth``, ``clauses``, ``items``, ``values`` and the lengths
-    are in the OpenAPI schema (a request that breaks them is malformed: 422); ``total`` bounds the
-    work a filter asks for as a whole, which JSON Schema cannot say (413)."""
+    """The shape a filter may take: all but ``total`` are in the OpenAPI schema (422), ``total``
+    bounds the work of the whole filter (413)."""
 
     depth: int = 4  # the top object is level 1; each $and/$or/$not goes one level down
     clauses: int = 16  # keys of one object
@@ -115,13 +99,10 @@ def join_path(path: tuple[str, ...]) -> str:
     return "\\" + text if text.startswith("$") else text
 
 
+@dataclass
 class _Parser:
-    def __init__(self, limits: FilterLimits) -> None:
-        self.limits = limits
-        self.size = 0
-
-    def fail(self, where: str, message: str) -> FilterError:
-        return FilterError(f"{where}: {message}")
+    limits: FilterLimits
+    size: int = 0
 
     def count(self, n: int) -> None:
         self.size += n
@@ -130,46 +111,48 @@ class _Parser:
 
     def node(self, raw: Any, where: str, level: int) -> Node:
         if not isinstance(raw, dict):
-            raise self.fail(where, "a filter is a JSON object")
+            raise FilterError(f"{where}: a filter is a JSON object")
         if level > self.limits.depth:
-            raise self.fail(where, f"filters nest at most {self.limits.depth} levels deep")
+            raise FilterError(f"{where}: filters nest at most {self.limits.depth} levels deep")
         if len(raw) > self.limits.clauses:
-            raise self.fail(where, f"{len(raw)} clauses in one object; the limit is {self.limits.clauses}")
+            raise FilterError(
+                f"{where}: {len(raw)} clauses in one object; the limit is {self.limits.clauses}"
+            )
         parts: list[Node] = []
         for key, value in raw.items():
             here = f"{where}.{_printable(key)}"
             if key in ("$and", "$or"):
                 if not isinstance(value, list) or not value:
-                    raise self.fail(here, "takes a non-empty list of filters")
+                    raise FilterError(f"{here}: takes a non-empty list of filters")
                 if len(value) > self.limits.items:
-                    raise self.fail(here, f"{len(value)} filters; the limit is {self.limits.items}")
+                    raise FilterError(f"{here}: {len(value)} filters; the limit is {self.limits.items}")
                 items = tuple(self.node(v, f"{here}.{i}", level + 1) for i, v in enumerate(value))
                 parts.append(AllOf(items) if key == "$and" else AnyOf(items))
             elif key == "$not":
                 parts.append(Not(self.node(value, here, level + 1)))
             elif key.startswith("$"):
-                raise self.fail(here, f"unknown operator (logic is {', '.join(LOGICAL)})")
+                raise FilterError(f"{here}: unknown operator (logic is {', '.join(LOGICAL)})")
             else:
                 parts.extend(self.field(key, value, here))
         return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
 
     def field(self, key: str, value: Any, where: str) -> Iterator[Condition]:
         if len(key) > self.limits.path_chars:
-            raise self.fail(where, f"a field path is at most {self.limits.path_chars} characters")
+            raise FilterError(f"{where}: a field path is at most {self.limits.path_chars} characters")
         _utf8(key, where)
         try:
             path = split_path(key)
         except ValueError as exc:
-            raise self.fail(where, str(exc)) from None
+            raise FilterError(f"{where}: {exc}") from None
         field = join_path(path)
         if isinstance(value, list):
-            raise self.fail(where, "a list is not a value to compare with; use {'$in': [...]}")
+            raise FilterError(f"{where}: a list is not a value to compare with; use {{'$in': [...]}}")
         if not isinstance(value, dict):
             self.count(1)
             yield _exact(Condition(field, path, "$eq", self.scalar(value, where)))
             return
         if not value:
-            raise self.fail(where, f"give at least one operator ({', '.join(OPERATORS)})")
+            raise FilterError(f"{where}: give at least one operator ({', '.join(OPERATORS)})")
         for op, operand in value.items():
             yield _exact(Condition(field, path, op, self.operand(op, operand, f"{where}.{op}")))
 
@@ -179,46 +162,41 @@ class _Parser:
             return self.scalar(operand, where)
         if op in ("$in", "$nin"):
             if not isinstance(operand, list):
-                raise self.fail(where, "takes a list of values")
+                raise FilterError(f"{where}: takes a list of values")
             if len(operand) > self.limits.values:
-                raise self.fail(where, f"{len(operand)} values; the limit is {self.limits.values}")
+                raise FilterError(f"{where}: {len(operand)} values; the limit is {self.limits.values}")
             return tuple(self.scalar(v, f"{where}.{i}") for i, v in enumerate(operand))
         if op in COMPARISONS:
             if operand is None or isinstance(operand, bool):
-                raise self.fail(where, "compares with a number or a string")
+                raise FilterError(f"{where}: compares with a number or a string")
             return self.scalar(operand, where)
         if op == "$exists":
             if not isinstance(operand, bool):
-                raise self.fail(where, "takes true or false")
+                raise FilterError(f"{where}: takes true or false")
             return operand
-        raise self.fail(where, f"unknown operator (operators are {', '.join(OPERATORS)})")
+        raise FilterError(f"{where}: unknown operator (operators are {', '.join(OPERATORS)})")
 
     def scalar(self, value: Any, where: str) -> Scalar | _Gap:
         self.count(1)
         if value is None or isinstance(value, bool):
             return value
-        if isinstance(value, int):
-            if INT64[0] <= value <= INT64[1]:
-                return value
-            if abs(value) <= MAX_NUMBER:  # past 64 bits: JSON Schema's numbers go on
-                return float(value) if float(value) == value else _Gap.around(value)
-            raise self.fail(where, f"numbers are finite and at most {MAX_NUMBER:g} in size")
-        if isinstance(value, float):
+        if isinstance(value, int | float):
             if not abs(value) <= MAX_NUMBER:  # NaN fails this too
-                raise self.fail(where, f"numbers are finite and at most {MAX_NUMBER:g} in size")
-            return value
+                raise FilterError(f"{where}: numbers are finite and at most {MAX_NUMBER:g} in size")
+            if isinstance(value, float) or INT64[0] <= value <= INT64[1]:
+                return value
+            return float(value) if float(value) == value else _Gap.around(value)  # past 64 bits
         if isinstance(value, str):
             if len(value) > self.limits.string_chars:
-                raise self.fail(where, f"strings are at most {self.limits.string_chars} characters")
+                raise FilterError(f"{where}: strings are at most {self.limits.string_chars} characters")
             _utf8(value, where)
             return value
-        raise self.fail(where, "a value is a string, a number, true, false or null")
+        raise FilterError(f"{where}: a value is a string, a number, true, false or null")
 
 
 @dataclass(frozen=True)
 class _Gap:
-    """An integer past 64 bits that no float equals: only the floats on either side of it exist in
-    metadata (its integers are 64-bit), so the condition is rewritten with those (``_exact``)."""
+    """An integer past 64 bits that no float equals: conditions use the floats on either side."""
 
     below: float
     above: float
@@ -232,8 +210,7 @@ class _Gap:
 
 
 def _exact(cond: Condition) -> Condition:
-    """``cond`` with every ``_Gap`` operand replaced by what it means for stored values: equal to
-    none of them; greater than it means at least the float above it; less, at most the one below."""
+    """``cond`` with each ``_Gap`` replaced by what it means for stored values (64-bit integers)."""
     op, operand = cond.op, cond.operand
     if isinstance(operand, _Gap):
         if op in ("$eq", "$ne"):
@@ -275,12 +252,8 @@ def conditions(node: Node) -> Iterator[Condition]:
             yield from conditions(part)
 
 
-# --- evaluation -------------------------------------------------------------------------------
-
-
 def resolve(metadata: Any, path: tuple[str, ...]) -> tuple[bool, list[Any]]:
-    """Whether ``path`` is present in ``metadata``, and the values it reaches (a list value gives
-    its elements; lists of objects are looked into)."""
+    """Whether ``path`` is present, and the values it reaches (list elements; objects in lists)."""
     current = [metadata]
     for segment in path:
         reached = []
@@ -298,8 +271,7 @@ def resolve(metadata: Any, path: tuple[str, ...]) -> tuple[bool, list[Any]]:
 
 
 def kind(value: Any) -> int | None:
-    """The type class a value compares within: 0 null, 1 boolean, 2 number, 3 string; None for an
-    object, a list, or an integer past 64 bits (present, but equal to no filter value)."""
+    """The type class a value compares within: 0 null, 1 boolean, 2 number, 3 string; else None."""
     if value is None:
         return 0
     if isinstance(value, bool):
@@ -308,9 +280,7 @@ def kind(value: Any) -> int | None:
         return 2 if INT64[0] <= value <= INT64[1] else None
     if isinstance(value, float):
         return 2
-    if isinstance(value, str):
-        return 3
-    return None
+    return 3 if isinstance(value, str) else None
 
 
 def _equal(value: Any, operand: Scalar) -> bool:
@@ -318,17 +288,9 @@ def _equal(value: Any, operand: Scalar) -> bool:
     return k is not None and k == kind(operand) and value == operand
 
 
-def _compare(value: Any, op: str, operand: Scalar) -> bool:
+def _compare(value: Any, op: str, operand: Any) -> bool:
     k = kind(value)
-    if k not in (2, 3) or k != kind(operand):
-        return False
-    if op == "$gt":
-        return value > operand
-    if op == "$gte":
-        return value >= operand
-    if op == "$lt":
-        return value < operand
-    return value <= operand
+    return k in (2, 3) and k == kind(operand) and _ORDER[op](value, operand)
 
 
 def _in(present: bool, values: list[Any], operands: tuple[Scalar, ...]) -> bool:
@@ -361,9 +323,8 @@ def matches(node: Node, metadata: Any) -> bool:
 
 
 def field_rows(metadata: Any, path: tuple[str, ...]) -> list[tuple[int, Any]]:
-    """What a payload index keeps of one document for one field: (kind, value) per value the path
-    reaches, kind 4 (value None) for an object, a list or an unrepresentable number, and one kind-4
-    row for a present field with no values (an empty list), so that ``$exists`` sees it."""
+    """A payload index's (kind, value) rows of one document for one field: kind 4 (value None)
+    for an object, a list, a number past 64 bits, or a present field with no values (``$exists``)."""
     present, values = resolve(metadata, path)
     rows: list[tuple[int, Any]] = []
     for value in values:

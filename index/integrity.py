@@ -1,20 +1,8 @@
-"""Checksums of an index directory's files, kept in its manifest's ``files`` section.
-
-``vectors.faiss``, ``vectors.ivfdata`` and ``rescore.f32`` carry bytes + sha256. ``docs.sqlite``
-is rewritten by every upsert, so it carries no fixed hash: it is checked by SQLite itself (header
-against file size, ``PRAGMA quick_check`` at open, ``PRAGMA integrity_check`` in ``index verify``).
-
-The Faiss file (and the rescoring file of compressed lists) is replaced (temp file, rename) by
-checkpoints and retrains. Its record is kept right across a crash at any step by accepting two
-versions while one replaces the other::
+"""Checksums of an index directory's files in its manifest's ``files`` section (docs/decisions.md, 26):
+bytes + sha256 of the Faiss, ``.ivfdata`` and rescoring files; SQLite checks ``docs.sqlite`` itself.
+A replaced file's record stays right across a crash at any step, each step durable before the next::
 
     manifest: {old}  ->  manifest: {new, replacing: old}  ->  rename new file in  ->  manifest: {new}
-
-Each step is durable (file and directory fsynced) before the next, so whatever step a crash or
-a power loss stops at, the file in place is one the manifest on disk accepts; the next writable
-open settles the record to the file it finds. A reader that hashes the file, reads the
-manifest and sees the same file (inode) still in place has a manifest that accepts it, unless
-one of them was damaged.
 """
 
 from __future__ import annotations
@@ -26,12 +14,9 @@ import os
 import sqlite3
 import struct
 from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import IO, Any
-
-import faiss
-import numpy as np
 
 from distilembed.artifacts import atomic_write_json, read_manifest, sha256_file
 from distilembed.errors import UserError
@@ -60,17 +45,23 @@ def record(path: Path) -> dict[str, Any]:
 
 def record_files(directory: Path, known: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``files`` section for a directory's index files (``known``: records already computed)."""
-    known = known or {}
     files: dict[str, Any] = {}
     for name in (INDEX_FILE, IVFDATA_FILE, RESCORE_FILE):
         if (directory / name).is_file():
-            files[name] = known.get(name) or record(directory / name)
+            files[name] = (known or {}).get(name) or record(directory / name)
     return files | {STORE_FILE: dict(SQLITE_CHECK)}
 
 
 def with_files(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """``manifest`` with the ``files`` section of what ``directory`` holds now (builds, shards)."""
     return manifest | {"files": record_files(directory)}
+
+
+def seal(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write ``with_files(directory, manifest)`` as the directory's manifest; returns it."""
+    manifest = with_files(directory, manifest)
+    atomic_write_json(directory / "manifest.json", manifest)
+    return manifest
 
 
 def has_records(manifest: dict[str, Any]) -> bool:
@@ -94,10 +85,6 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
     fsync_path(directory)
 
 
-def _num(n: int) -> str:
-    return f"{n:,}"
-
-
 def _accepted(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return [entry, *([entry["replacing"]] if isinstance(entry.get("replacing"), dict) else [])]
 
@@ -115,16 +102,15 @@ def match_record(
     *,
     advice: str = "restore the index from a snapshot or rebuild it",
 ) -> dict[str, Any]:
-    """The accepted record that a file of ``size`` bytes (and ``digest``) matches, or UserError
-    naming the file and what is wrong. ``digest`` None checks the size only."""
+    """The accepted record a file of ``size`` and ``digest`` (None: size only) matches, else UserError."""
     for ok in _accepted(entry):
         if ok["bytes"] == size and digest in (None, ok["sha256"]):
             return _plain(ok)
     sizes = [ok["bytes"] for ok in _accepted(entry)]
     if size not in sizes:
-        want = " or ".join(_num(s) for s in sizes)
+        want = " or ".join(f"{s:,}" for s in sizes)
         hint = "truncated?" if size < min(sizes) else "overwritten or appended to?"
-        raise UserError(f"{where}: {name} is {_num(size)} bytes, the manifest records {want} ({hint})")
+        raise UserError(f"{where}: {name} is {size:,} bytes, the manifest records {want} ({hint})")
     want = " or ".join(ok["sha256"][:16] for ok in _accepted(entry))
     raise UserError(
         f"{where}: {name} has sha256 {str(digest)[:16]}..., the manifest records {want}... "
@@ -133,8 +119,8 @@ def match_record(
 
 
 def check_static_files(where: str, directory: Path, manifest: dict[str, Any]) -> None:
-    """Fast open-time checks of everything but the Faiss file's hash: every recorded file exists
-    with its recorded size, the SQLite file looks whole. The Faiss file always has to exist."""
+    """Fast open-time checks: every file exists at its recorded size (but the replaced ones), and
+    the SQLite file looks whole."""
     recorded = manifest.get("files")
     files: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     for name in dict.fromkeys([INDEX_FILE, STORE_FILE, *files]):
@@ -144,32 +130,27 @@ def check_static_files(where: str, directory: Path, manifest: dict[str, Any]) ->
         entry = files.get(name, {})
         if name not in REPLACED_FILES and "bytes" in entry:  # those may be replaced meanwhile
             match_record(where, name, entry, path.stat().st_size, None)
-    problem = sqlite_file_problem(directory / STORE_FILE)
-    if problem:
+    if problem := sqlite_file_problem(directory / STORE_FILE):
         raise UserError(f"{where}: {STORE_FILE} {problem}")
 
 
 def open_store(where: str, directory: Path, manifest: dict[str, Any], readonly: bool) -> DocumentStore:
     """The document store, after the fast checks of every file but the Faiss file's hash."""
     check_static_files(where, directory, manifest)
-    store: DocumentStore | None = None
     try:
         store = DocumentStore(directory / STORE_FILE, readonly=readonly)
-        problems = store.check()
     except sqlite3.DatabaseError as exc:
         problems = [str(exc)]
-    if problems:
-        if store is not None:
-            store.close()
-        raise UserError(f"{where}: {STORE_FILE} fails SQLite's quick_check: {problems[0]}")
-    assert store is not None
-    return store
+    else:
+        if not (problems := store.check()):
+            return store
+        store.close()
+    raise UserError(f"{where}: {STORE_FILE} fails SQLite's quick_check: {problems[0]}")
 
 
 def sqlite_file_problem(path: Path) -> str | None:
-    """What is wrong with a SQLite file that SQLite itself may not notice (it reads a missing tail
-    as zeros, and an empty file as an empty database), or None. With a non-empty write-ahead log
-    the main file may lag behind it, so only the header is checked then."""
+    """What is wrong with a SQLite file that SQLite may not notice (a missing tail reads as zeros, an
+    empty file as an empty database), or None; with a non-empty WAL only the header is checked."""
     size = path.stat().st_size
     if size == 0:
         return "is empty (0 bytes)"
@@ -184,9 +165,9 @@ def sqlite_file_problem(path: Path) -> str | None:
     page_size = 65536 if page_size == 1 else page_size
     (changes,), (pages,), (valid_for,) = (struct.unpack(">I", header[i : i + 4]) for i in (24, 28, 92))
     if size % page_size:
-        return f"is {_num(size)} bytes, not a whole number of {page_size}-byte pages (truncated?)"
+        return f"is {size:,} bytes, not a whole number of {page_size}-byte pages (truncated?)"
     if changes == valid_for and pages * page_size > size:
-        return f"is {_num(size)} bytes, its header records {_num(pages * page_size)} (truncated?)"
+        return f"is {size:,} bytes, its header records {pages * page_size:,} (truncated?)"
     return None
 
 
@@ -194,9 +175,7 @@ Checked = dict[str, tuple[Identity, dict[str, Any]]]  # file name -> (identity, 
 
 
 def verified_files(where: str, directory: Path, names: tuple[str, ...], retries: int = 100) -> Checked:
-    """Hash each of ``names`` (the Faiss file, and the rescoring file where the manifest records
-    one) and check it against the manifest; returns, per file, the identity of the file checked and
-    the record it matched. Retried when a writer replaced a file meanwhile."""
+    """Per file of ``names``: the identity of the file hashed and the manifest record it matched."""
     for _ in range(retries):
         before = {name: file_identity(directory / name) for name in names}
         digests = {name: sha256_file(directory / name) for name in names}
@@ -219,10 +198,7 @@ def recorded_replaced_files(manifest: dict[str, Any]) -> tuple[str, ...]:
 
 
 def replace_files(directory: Path, staged: dict[str, Path], manifest: dict[str, Any]) -> dict[str, Any]:
-    """Rename each staged file (name in the directory -> temp file) over its name, with the records
-    kept crash-safe (module docstring). Returns the manifest to write next, which records only the
-    new files; the caller writes it (after the renames any time is safe: until then the manifest
-    on disk accepts both versions)."""
+    """Rename staged files (name -> temp file) in, records kept crash-safe; returns the manifest to write."""
     new = {name: record(path) for name, path in staged.items()}
     final: dict[str, Any] | None = None
     if has_records(manifest):
@@ -247,8 +223,7 @@ def replace_files(directory: Path, staged: dict[str, Path], manifest: dict[str, 
 
 def drop_file(directory: Path, name: str, manifest: dict[str, Any]) -> dict[str, Any]:
     """Stop recording ``name`` (written at once), then delete it; returns the manifest written."""
-    files = {k: v for k, v in manifest.get("files", {}).items() if k != name}
-    dropped = manifest | {"files": files}
+    dropped = manifest | {"files": {k: v for k, v in manifest.get("files", {}).items() if k != name}}
     write_manifest(directory, dropped)
     (directory / name).unlink(missing_ok=True)
     fsync_path(directory)
@@ -276,33 +251,26 @@ def remove_stale_temps(directory: Path) -> None:
                 path.unlink()
 
 
-def ids_of(index: faiss.Index) -> np.ndarray:
-    """The ids an index holds (IVF lists or an IDMap), without decoding any vector."""
-    if isinstance(index, faiss.IndexIVF | faiss.IndexBinaryIVF):
-        lists = index.invlists
-        parts = [np.zeros(0, dtype=np.int64)]
-        for number in range(index.nlist):
-            size = lists.list_size(number)
-            if size:
-                pointer = lists.get_ids(number)
-                parts.append(faiss.rev_swig_ptr(pointer, size).copy())
-                lists.release_ids(number, pointer)
-        return np.concatenate(parts)
-    mapped = faiss.downcast_index(index)
-    return faiss.vector_to_array(mapped.id_map).astype(np.int64)
+def refuse_existing(out: Path, overwrite: bool, what: str = "replace it") -> None:
+    if out.exists() and not overwrite:
+        raise UserError(f"output exists: {out} (pass --overwrite to {what})")
 
 
-# One process writes a directory at a time: two writers would each checkpoint a snapshot without
-# the other's vectors and drop the other's log rows with their own, losing acknowledged writes.
+@contextmanager
+def claim_output(out: Path, overwrite: bool, what: str = "replace it") -> Iterator[None]:
+    """Refuse an existing ``out`` without ``overwrite``; with it, hold ``out``'s writer lock until
+    it is replaced (a service writing it would checkpoint old vectors into the new directory)."""
+    refuse_existing(out, overwrite, what)
+    with writer_lock_held(out) if out.is_dir() else nullcontext():
+        yield
+
+
+# One writer a directory: two would each checkpoint without the other's vectors and drop its log rows.
 @contextmanager
 def writer_lock_held(directory: Path) -> Iterator[None]:
-    """Hold ``directory``'s writer lock for a block, e.g. while the directory is replaced, or
-    refuse as a second writer would be refused."""
-    handle = writer_lock(directory)
-    try:
+    """Hold ``directory``'s writer lock for a block, or refuse as a second writer would be refused."""
+    with writer_lock(directory):
         yield
-    finally:
-        handle.close()
 
 
 def writer_lock(directory: Path) -> IO[str]:
@@ -327,8 +295,7 @@ def writer_lock(directory: Path) -> IO[str]:
 def read_index_manifest(
     directory: Path, kinds: Collection[str] = ("index",), hints: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """The manifest of the index at ``directory``, or a UserError naming what is there instead: no
-    manifest, or an artifact of another kind (``hints``: a sentence to add for some kinds)."""
+    """The index manifest at ``directory``, or a UserError naming what is there instead."""
     if not (directory / "manifest.json").is_file():
         raise UserError(f"not an index directory (no manifest.json): {directory}")
     manifest = read_manifest(directory)

@@ -1,21 +1,7 @@
-"""An index directory opened for search and incremental writes (the service's view of an index).
-
-Writes are durable when they return: the document rows and their vector changes are committed to
-SQLite in one transaction (WAL, synchronous=FULL) before the in-memory Faiss index is touched. The
-Faiss file is a snapshot; opening an index replays the logged changes on top of it, and a
-checkpoint writes a new snapshot (temp file, fsync, rename) and then drops the replayed log rows.
-Replay is idempotent (an upsert removes the id before adding it), so a crash between those two
-steps only replays changes that are already in the snapshot.
-
-One process writes a directory at a time (an flock on ``.writer.lock``). Two writers would each
-checkpoint a snapshot without the other's vectors and drop the other's log rows with their own,
-losing acknowledged writes. Readers (``writable=False``) take no lock and refuse writes; ``refresh``
-brings one up to date with what the writer has committed since (see its docstring,
-index/replay.py).
-
-Opening checks the files against the checksums in the manifest (index/integrity.py): sizes, the
-Faiss file's sha256, SQLite's quick_check. ``snapshot`` copies the index while it serves
-(index/snapshot.py).
+"""An index directory opened for search and durable incremental writes: documents and their vector
+changes are committed to SQLite in one transaction before the in-memory Faiss index changes. The
+Faiss file is a snapshot: an open replays the logged changes on it (idempotently), a checkpoint
+writes a new one and then drops the log rows it holds. One process writes a directory at a time.
 """
 
 from __future__ import annotations
@@ -36,25 +22,15 @@ from index import integrity
 from index.filtered_search import filtered_search, vector_search
 from index.filters import MATCH_ALL
 from index.filters import parse as parse_filter
-from index.integrity import (
-    INDEX_FILE,
-    LOCK_FILE,
-    RESCORE_FILE,
-    STAGED_FILE,
-    STAGED_RESCORE,
-    STORE_FILE,
-    writer_lock,
-    writer_lock_held,
-)
+from index.integrity import INDEX_FILE, RESCORE_FILE, STAGED_FILE, STAGED_RESCORE, STORE_FILE, writer_lock
 from index.live_state import Change
-from index.replay import Replaying
 from index.rescore import DEFAULT_RESCORE_K
 from index.retrain import Retraining
 from index.store import Document
 from index.vectors import add, bytes_per_vector, centroid_bytes, on_disk, remove, save_index
 
 log = logging.getLogger(__name__)
-__all__ = ["INDEX_FILE", "LOCK_FILE", "STORE_FILE", "Hit", "LiveIndex", "open_for_bundle", "writer_lock_held"]
+__all__ = ["INDEX_FILE", "STORE_FILE", "Hit", "LiveIndex", "open_for_bundle"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +41,7 @@ class Hit:
     metadata: dict[str, Any]
 
 
-class LiveIndex(Replaying, Retraining):
+class LiveIndex(Retraining):
     """Search, get, upsert and delete on a built index directory; thread-safe."""
 
     def __init__(
@@ -137,8 +113,7 @@ class LiveIndex(Replaying, Retraining):
         where: dict[str, Any] | None = None,
         rescore_k: int | None = None,
     ) -> list[list[Hit]]:
-        """Top-k hits per query row; ``where``: a metadata filter (index/filters.py), only documents
-        that pass it; ``rescore_k``: candidates a compressed index rescores (default: its own)."""
+        """Top-k hits per query row; ``where``: a metadata filter; ``rescore_k``: candidates rescored."""
         queries = self.check_vectors(queries)
         node = parse_filter(where)
         with self._lock:
@@ -179,8 +154,7 @@ class LiveIndex(Replaying, Retraining):
             return self.store.get(ext_id)
 
     def footprint(self) -> dict[str, Any]:
-        """Bytes per document: in memory (the lists' codes and ids) and, for compressed lists, on
-        disk for rescoring; plus the coarse centroids' bytes, a fixed cost whatever the count."""
+        """Bytes per document in memory and (compressed lists) on disk, and the centroids' bytes."""
         per_doc: dict[str, Any] = {"memory_bytes_per_doc": bytes_per_vector(self.index)}
         if centroids := centroid_bytes(self.index):
             per_doc["centroid_bytes"] = centroids
@@ -233,46 +207,37 @@ class LiveIndex(Replaying, Retraining):
             self.checkpoint()
 
     def checkpoint(self) -> None:
-        """Write the in-memory index as the new snapshot, then drop the change log it covers
-        (a reader has nothing to write and skips this)."""
+        """Write the in-memory index as the new snapshot, then drop the change log it covers."""
         with self._lock:
-            # During a retrain the log must keep every change made since it began: they are
-            # replayed on the new index when it is swapped in. Checked under the lock, which the
-            # retrain takes (after its guard) to read the vectors it trains on.
+            # A retrain replays the whole log since it began (checked under the lock its start takes).
             if not self._retraining.locked():
                 self._write_snapshot()
 
     def _write_snapshot(self) -> None:
         with self._lock:
-            # Only the newest seq: reading the whole log (vectors included, megabytes at the
-            # default checkpoint_every) left the allocator's arenas a few MB larger each time.
+            # Only the newest seq, not the whole log (docs/decisions.md, 30: it grew the heap).
             last = self.store.last_change() if self.writable else None
             if last is None:
                 return
-            rows = self.rescorer is not None and self.rescorer.fresh
-            staged = self.rescorer.write(self.dir / STAGED_RESCORE) if rows and self.rescorer else None
+            rescorer = self.rescorer
+            staged = rescorer.write(self.dir / STAGED_RESCORE) if rescorer and rescorer.fresh else None
             manifest = self._install(self.index, staged)
-            if staged is not None and self.rescorer is not None:
-                self.rescorer.reload()  # the file now holds every change: map it, forget them
+            if rescorer and staged:
+                rescorer.reload()  # the file now holds every change: map it, forget them
             self.store.drop_changes(last)
             self._pending = 0
             self.manifest = manifest
             integrity.write_manifest(self.dir, manifest)
 
     def _install(self, index: faiss.Index, rescore_file: Path | None = None) -> dict[str, Any]:
-        """Make ``index`` the snapshot file (and ``rescore_file`` the rescoring file), checksums
-        recorded crash-safely (index/integrity.py); returns the manifest that records only the new
-        files, for the caller to write."""
+        """Make ``index`` (and ``rescore_file``) the snapshot files; returns the manifest to write."""
         staged = {RESCORE_FILE: rescore_file} if rescore_file is not None else {}
         save_index(index, self.dir / STAGED_FILE)
         return integrity.replace_files(self.dir, staged | {INDEX_FILE: self.dir / STAGED_FILE}, self.manifest)
 
     def snapshot(self, out: str | Path, overwrite: bool = False, link: bool = True) -> dict[str, Any]:
-        """A consistent copy of this index in the new directory ``out``, taken while searches and
-        writes go on; returns its manifest (index/snapshot.py). It holds every write acknowledged
-        before the call and none acknowledged after it returns. ``link``: hard-link the Faiss file
-        where it can (else copy it). Raises BusyError while a retrain of this index runs,
-        UserError if ``out`` exists (without ``overwrite``) or a file fails its checksum."""
+        """A consistent copy in the new directory ``out``, holding every write acknowledged before the
+        call (index/snapshot.py); BusyError while a retrain runs."""
         from index.snapshot import take_snapshot
 
         pin = self._pinned if self.writable else None
@@ -280,8 +245,7 @@ class LiveIndex(Replaying, Retraining):
 
     @contextmanager
     def _pinned(self) -> Iterator[dict[str, Any]]:
-        """Hold off checkpoints and writes while a snapshot pins the file and the SQLite state
-        (a millisecond); yields the manifest that describes the file in place."""
+        """Hold off checkpoints and writes while a snapshot pins the files; yields their manifest."""
         with self._lock:
             if self._retraining.locked():  # its file is swapped in outside the lock
                 raise BusyError(f"{self.dir}: a retrain is running; take the snapshot once it has finished")
@@ -309,11 +273,8 @@ def open_for_bundle(
     *,
     rescore_k: int | None = None,
 ) -> LiveIndex:
-    """Open an index for a bundle's encoder (``bundle_sha256``: sha256 of its manifest.json).
-
-    Vectors of two different models live in unrelated spaces even at the same dimension, so a
-    bundle other than the one the index was built with is an error, not a warning.
-    """
+    """Open an index for a bundle's encoder (``bundle_sha256``: its manifest's); another bundle's
+    vectors live in an unrelated space, so it is an error."""
     index = LiveIndex(directory, nprobe, writable=writable, rescore_k=rescore_k)
     built_with = index.manifest.get("bundle", {}).get("manifest_sha256")
     if dim != index.dim:

@@ -1,14 +1,6 @@
-"""``index build --engine ray``: encode a corpus's splits on a Ray cluster with Ray Data.
-
-A custom datasource turns each split into one read task (the same parsers as the local build,
-seeking to the split's byte offset), ``map_batches`` runs them through a pool of encoder actors
-(each loads the bundle once and encodes a whole split in one call, as the local build does, so the
-vectors are identical), and the driver writes each split's vectors as a shard the moment it
-arrives. Ray restarts a killed actor and retries its task; a split is saved once, whole, so a retry
-can neither lose nor duplicate a document. A killed driver leaves the shards written so far, and
-the rerun encodes only the rest. Assembly is the local build's (``index/assemble.py``).
-
-The corpus and OUT must be on storage every node of the cluster can read (one machine: any path).
+"""``index build --engine ray`` (docs/decisions.md, 20): a Ray Data read task per split, encoder
+actors that encode a whole split per call (as locally, so the vectors are identical), and a driver
+that saves each split as a shard when it arrives.
 """
 
 from __future__ import annotations
@@ -17,6 +9,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +23,7 @@ from distilembed.ray_address import is_client, join
 from index.assemble import save_shard
 from index.corpus import CorpusSpec, CorpusStats
 from index.splits import CorpusPlan, Split, read_split, stage_decompressed
+from index.store import Document
 
 if TYPE_CHECKING:
     from ray.data.context import DataContext
@@ -38,8 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 INSTALL_HINT = "the Ray engine needs the [ray] extra: pip install 'distilembed[ray]'"
-# Ray Data runs its executor in the driver, which needs a node of the cluster: over Ray Client it
-# fails ('Worker' object has no attribute 'core_worker').
+# Ray Data runs its executor in the driver, which must be a node of the cluster, not a Ray Client.
 CLIENT_REFUSED = (
     "index build --engine ray cannot drive a cluster through Ray Client ({address}): run it on a "
     "node of the cluster with --ray-address auto (or the head's host:6379)"
@@ -57,16 +50,14 @@ def import_ray() -> Any:
 
 
 def connect(address: str | None) -> bool:
-    """Join the cluster at ``address`` (or RAY_ADDRESS); without either, start one on this machine.
-    False if this process was connected already (its caller then keeps the connection)."""
+    """Join the cluster at ``address`` (or RAY_ADDRESS), else start one here; False if joined already."""
     ray = import_ray()
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address and is_client(address):
         raise UserError(CLIENT_REFUSED.format(address=address))
-    # Ray Data's actors keep their constructor arguments in the object store, and the core worker
-    # logs that as an error on every start; failures still surface as Python exceptions.
+    # The core worker logs each actor start as an error (failures still surface as exceptions).
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     common = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
     if address:
@@ -77,8 +68,7 @@ def connect(address: str | None) -> bool:
 
 
 def _split_encoder(bundle: str, variant: str, threads: int, batch_size: int) -> type:
-    """A Ray Data actor class holding its settings (class attributes travel with the class, so no
-    constructor arguments wait in the object store for a restart)."""
+    """A Ray Data actor class, its settings class attributes (nothing waits in the object store)."""
 
     class SplitEncoder:
         """Loads the bundle once, then encodes batches that each hold whole splits."""
@@ -101,13 +91,13 @@ def _split_encoder(bundle: str, variant: str, threads: int, batch_size: int) -> 
     return SplitEncoder
 
 
-def _datasource(spec: CorpusSpec, plan: CorpusPlan, todo: list[Split], staged: dict[int, Path]) -> Any:
+def _datasource(todo: list[Split], docs_of: Callable[[Split], list[Document]]) -> Any:
     import pyarrow as pa
     from ray.data.block import BlockMetadata
     from ray.data.datasource import Datasource, ReadTask
 
     def read(number: int, split: Split) -> list[pa.Table]:
-        docs = read_split(spec, plan, split, CorpusStats(quiet=True), staged.get(split.file))
+        docs = docs_of(split)
         n = len(docs)
         return [pa.table({"split": [number] * n, "rows": [n] * n, "text": [d.text for d in docs]})]
 
@@ -136,18 +126,22 @@ def _datasource(spec: CorpusSpec, plan: CorpusPlan, todo: list[Split], staged: d
 def encode_with_ray(
     cfg: BuildConfig, spec: CorpusSpec, plan: CorpusPlan, todo: list[Split], work: Path
 ) -> tuple[float, int]:
-    """Encode the splits in ``todo`` on the cluster, saving each as a shard; returns (seconds,
-    documents encoded)."""
+    """Encode ``todo`` on the cluster, saving each split as a shard; returns (seconds, documents)."""
     if not todo:
         return 0.0, 0
     ray = import_ray()
     try:
         connected = connect(cfg.ray_address)
-    except UserError:
-        _discard_unstarted(work)
+    except UserError:  # a build that never reached its cluster leaves nothing; a resumable one its shards
+        if not any((work / "shards").glob("*.npy")):
+            shutil.rmtree(work, ignore_errors=True)
         raise
     try:
         staged = stage_decompressed(plan, work / "staged")
+
+        def docs_of(split: Split) -> list[Document]:
+            return read_split(spec, plan, split, CorpusStats(quiet=True), staged.get(split.file))
+
         start = time.perf_counter()
         threads = cfg.threads or 1
         actors = cfg.actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
@@ -156,11 +150,10 @@ def encode_with_ray(
         context.print_on_execution_start = False
         logging.getLogger("ray.data").setLevel(logging.ERROR)
         dataset = ray.data.read_datasource(
-            _datasource(spec, plan, todo, staged),
+            _datasource(todo, docs_of),
             override_num_blocks=len(todo),
             num_cpus=0,  # reading a split is light; the encoders hold the CPUs
-            # Without a cap, zero-CPU read tasks all start at once, each in a new worker process:
-            # ~100 Python processes spawned for 1M documents, minutes of startup on 2 cores.
+            # uncapped, every zero-CPU read task starts a worker process at once (~100 for 1M documents)
             concurrency=actors + 1,
         ).map_batches(
             _split_encoder(str(Path(cfg.bundle).resolve()), cfg.variant, threads, cfg.batch_size),
@@ -168,50 +161,25 @@ def encode_with_ray(
             compute=ray.data.ActorPoolStrategy(size=actors),
             num_cpus=threads,
         )
-        dim = int(read_manifest(cfg.bundle)["dim"])
-        encoded = _collect(dataset, spec, plan, todo, work, staged, dim)
+        dim, saved, encoded = int(read_manifest(cfg.bundle)["dim"]), set(), 0
+        done = plan.lines - sum(s.lines for s in todo)
+        with tqdm(total=plan.lines, initial=done, desc="encode (ray)", unit="row") as bar:
+            for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+                for number in np.unique(batch["split"]):
+                    rows = batch["split"] == number
+                    split = todo[int(number)]
+                    if int(number) in saved or int(rows.sum()) != int(batch["rows"][rows][0]):
+                        raise RuntimeError(f"split {split.key} arrived twice or in pieces")
+                    save_shard(work, split, batch["vector"][rows])
+                    saved.add(int(number))
+                    encoded += int(rows.sum())
+                    bar.update(split.lines)
+            for split in (s for number, s in enumerate(todo) if number not in saved):
+                if count := len(docs_of(split)):  # a split with no usable rows sends no vectors
+                    raise RuntimeError(f"split {split.key} has {count} documents but no vectors came back")
+                save_shard(work, split, np.zeros((0, dim), dtype=np.float32))
+                bar.update(split.lines)
         return time.perf_counter() - start, encoded
     finally:
         if connected:
             ray.shutdown()
-
-
-def _discard_unstarted(work: Path) -> None:
-    """Remove ``work`` (OUT.partial) when no split was encoded into it yet: a build that could not
-    reach its cluster leaves nothing behind, a resumable one keeps its shards."""
-    if not any((work / "shards").glob("*.npy")):
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _collect(  # noqa: PLR0917
-    dataset: Any,
-    spec: CorpusSpec,
-    plan: CorpusPlan,
-    todo: list[Split],
-    work: Path,
-    staged: dict[int, Path],
-    dim: int,
-) -> int:
-    """Save each split's vectors as they arrive; a split with no usable rows sends none."""
-    saved, encoded = set(), 0
-    done_lines = plan.lines - sum(s.lines for s in todo)
-    with tqdm(total=plan.lines, initial=done_lines, desc="encode (ray)", unit="row") as bar:
-        for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-            for number in np.unique(batch["split"]):
-                rows = batch["split"] == number
-                split = todo[int(number)]
-                if int(number) in saved or int(rows.sum()) != int(batch["rows"][rows][0]):
-                    raise RuntimeError(f"split {split.key} arrived twice or in pieces")
-                save_shard(work, split, batch["vector"][rows])
-                saved.add(int(number))
-                encoded += int(rows.sum())
-                bar.update(split.lines)
-        for number, split in enumerate(todo):
-            if number in saved:
-                continue
-            docs = read_split(spec, plan, split, CorpusStats(quiet=True), staged.get(split.file))
-            if docs:  # an empty split sends nothing; one with documents must have arrived
-                raise RuntimeError(f"split {split.key} has {len(docs)} documents but no vectors came back")
-            save_shard(work, split, np.zeros((0, dim), dtype=np.float32))
-            bar.update(split.lines)
-    return encoded

@@ -36,22 +36,13 @@ class Replaying(LiveState):
 
     def _changes_after(self, seq: int) -> list[Change]:
         with self._lock:  # the store's connection is shared with searches
-            return self.store.db.execute(
-                "SELECT seq, int_id, vector FROM changes WHERE seq > ? ORDER BY seq", (seq,)
-            ).fetchall()
+            return self.store.changes(seq)
 
     def _load_consistent(
         self, verify: bool = False
     ) -> tuple[faiss.Index, Rescorer | None, Snapshot, list[Change]]:
-        """The snapshot file with the whole change log applied, its rescorer (compressed lists)
-        and the file's identity; ``verify``: the files loaded are ones whose sha256 the manifest
-        records.
-
-        Only a reader can race here: a checkpoint renames its new files into place and then drops
-        the rows they cover. The log read counts only if the file read is still in place after it,
-        since then no newer checkpoint dropped rows the file lacks. The rescoring file is opened
-        after that: it is renamed in before the Faiss file, so it holds at least the rows the log
-        no longer does (a newer one only holds rows the log holds too)."""
+        """The snapshot file with the whole log applied, its rescorer and identity (``verify``: files the
+        manifest's sha256 accepts); the log counts only if the file is still in place after it is read."""
         while True:
             checked = None
             if verify:
@@ -72,16 +63,15 @@ class Replaying(LiveState):
     def _open_rescorer(self, index: faiss.Index) -> Rescorer | None:
         if storage_of(index) not in RESCORED:
             return None
-        return Rescorer.open(f"index {self.dir}", self.dir / RESCORE_FILE, self.dim, self.rescore_k)
+        if not (self.dir / RESCORE_FILE).is_file():
+            raise UserError(
+                f"index {self.dir}: {RESCORE_FILE} is missing (compressed lists are rescored from it)"
+            )
+        return Rescorer(self.dir / RESCORE_FILE, self.dim, self.rescore_k)
 
     def refresh(self) -> int:
-        """Bring a read-only index up to what its writer has committed; returns the changes applied.
-
-        Log rows past the last one applied are replayed; when a checkpoint or a retrain replaced
-        the snapshot file (its inode, mtime or size changed) the new file is loaded, outside the
-        lock so searches go on, and the whole remaining log replayed on it (idempotent). Documents
-        (text, metadata) come from SQLite and are always current; only vectors can lag. A writer's
-        in-memory index is always current: nothing to do."""
+        """Bring a reader up to its writer's commits (new log rows, or a new snapshot file and the log);
+        returns the changes applied."""
         if self.writable:
             return 0
         with self._refreshing:

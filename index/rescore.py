@@ -1,15 +1,7 @@
-"""Rescoring for compressed IVF lists (``--storage pq`` or ``binary``): the lists answer with
-``rescore_k`` candidates, which are then scored exactly against float32 vectors kept on disk.
-
-``rescore.f32`` holds one float32 row per int id (row ``i`` is the vector of int id ``i``; rows of
-ids never stored or deleted are zeros) and is memory-mapped: only the rows of candidates are read,
-so the resident memory an index needs is its compressed lists, and the page cache holds the rows
-searched often. Like the Faiss file it is a snapshot, never written in place: a checkpoint writes a
-new file (the old rows plus every change since) and renames it in before the Faiss file, and the
-changes since the snapshot, replayed from the change log, are kept in memory (``fresh``).
-
-A filtered search (``where``) scores every allowed document exactly instead: binary IVF lists
-cannot skip ids (Faiss has no ``IDSelector`` for them), and the allowed set is usually small.
+"""Rescoring for compressed IVF lists (pq, binary; docs/decisions.md, 32): their ``rescore_k``
+candidates are scored exactly against ``rescore.f32``, int id ``i``'s float32 vector at row ``i``,
+memory-mapped. Like the Faiss file it is a snapshot a checkpoint renames in (before the Faiss file);
+the changes since, replayed from the log, are kept in memory (``fresh``).
 """
 
 from __future__ import annotations
@@ -24,8 +16,8 @@ import numpy as np
 
 from distilembed.artifacts import FILE_MODE
 from distilembed.errors import UserError
-from index.integrity import Identity, ids_of
-from index.vectors import held_vectors, search
+from index.integrity import Identity, fsync_path
+from index.vectors import held_vectors, ids_of, search
 
 DEFAULT_RESCORE_K = 20  # bench/rescore_k.py: 50 buys 0.3-0.4 MRR@10 for ~25% more time (decision 44)
 CHUNK_ROWS = 1 << 16  # rows copied per step when a new file is written
@@ -47,15 +39,7 @@ class Rescorer:
 
     def __init__(self, path: Path, dim: int, rescore_k: int = DEFAULT_RESCORE_K) -> None:
         self.path, self.dim, self.rescore_k = path, dim, rescore_k
-        self.fresh: dict[int, np.ndarray | None] = {}  # None: deleted since the file was written
         self.reload()
-
-    @classmethod
-    def open(cls, where: str, path: Path, dim: int, rescore_k: int = DEFAULT_RESCORE_K) -> Rescorer:
-        """The rescorer of the file at ``path``, or UserError naming what is wrong with it."""
-        if not path.is_file():
-            raise UserError(f"{where}: {path.name} is missing (compressed lists are rescored from it)")
-        return cls(path, dim, rescore_k)
 
     def reload(self) -> None:
         """Map the file now at ``path`` (a checkpoint wrote it with every change): none are fresh."""
@@ -73,15 +57,14 @@ class Rescorer:
                 if rows
                 else np.zeros((0, self.dim), "<f4")
             )
-        self.fresh = {}
+        self.fresh: dict[int, np.ndarray | None] = {}  # None: deleted since the file was written
 
     def put(self, ids: Iterable[int], vectors: np.ndarray) -> None:
         for int_id, vector in zip(ids, vectors, strict=True):
             self.fresh[int(int_id)] = np.array(vector, dtype="<f4")
 
     def drop(self, ids: Iterable[int]) -> None:
-        for int_id in ids:
-            self.fresh[int(int_id)] = None
+        self.fresh.update(dict.fromkeys(map(int, ids)))
 
     def apply(self, changes: Sequence[tuple[int, int, bytes | None]]) -> None:
         """Logged changes (seq, int id, float32 bytes or None for a delete), oldest first."""
@@ -122,8 +105,7 @@ class Rescorer:
         allowed: Sequence[int] | np.ndarray | None = None,
         rescore_k: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, ids), each (n_queries, k): candidates from the compressed lists rescored
-        exactly, or, with ``allowed``, every allowed id scored exactly."""
+        """(scores, ids): the lists' candidates rescored, or with ``allowed``, every allowed id scored."""
         if allowed is not None:
             ids = np.asarray(allowed, dtype=np.int64)
             scores = queries @ self.vectors(ids).T
@@ -132,9 +114,8 @@ class Rescorer:
         return top_k(self.scores(queries, ids), ids, k)
 
     def scores(self, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """Inner product of each query (row) with each of its candidates ``ids`` (n_queries x c;
-        -1 scores -inf). Faiss computes those with rows of the file, in C++ and without copying
-        them out; the few candidates changed since the file was written are scored here."""
+        """Each query's inner product with each of its candidates (-1: -inf), by Faiss from the file's
+        rows in place; candidates changed since the file are scored here."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         in_file = np.where(ids < len(self.base), ids, -1)  # Faiss would read past the file's end
@@ -155,14 +136,10 @@ class Rescorer:
 
     def write(self, out: Path) -> Path:
         """A new file at ``out``: this file's rows with the changes applied (then fsynced)."""
-        rows = max([len(self.base), *(i + 1 for i in self.fresh)])
-        with _mapped_for_writing(out, rows, self.dim) as target:
-            for lo in range(0, len(self.base), CHUNK_ROWS):
-                hi = min(lo + CHUNK_ROWS, len(self.base))
-                target[lo:hi] = self.base[lo:hi]
-            for int_id, vector in self.fresh.items():
-                target[int_id] = 0.0 if vector is None else vector
-        return out
+        changed = np.fromiter(self.fresh, np.int64, len(self.fresh))
+        rows = int(max([len(self.base), *(changed + 1)]))
+        batches = [(np.arange(len(self.base)), self.base), (changed, self.vectors(changed))]
+        return write_batches(out, batches, rows, self.dim)
 
 
 def write_rows(out: Path, ids: np.ndarray, vectors: np.ndarray, dim: int) -> Path:
@@ -182,8 +159,7 @@ def write_batches(out: Path, batches: Iterable[tuple[np.ndarray, np.ndarray]], r
 
 @contextmanager
 def _mapped_for_writing(path: Path, rows: int, dim: int) -> Iterator[np.ndarray]:
-    """A zero-filled float32 file of ``rows`` x ``dim`` mapped for writing; flushed and fsynced on
-    a clean exit, removed on an error."""
+    """A zero-filled float32 file mapped for writing: fsynced on a clean exit, removed on an error."""
     with open(path, "wb") as handle:
         os.fchmod(handle.fileno(), FILE_MODE)
         handle.truncate(rows * dim * 4)
@@ -195,8 +171,7 @@ def _mapped_for_writing(path: Path, rows: int, dim: int) -> Iterator[np.ndarray]
             del target
         else:
             yield np.zeros((0, dim), "<f4")
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
+        fsync_path(path)
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -205,8 +180,7 @@ def _mapped_for_writing(path: Path, rows: int, dim: int) -> Iterator[np.ndarray]
 def exact_vectors(
     index: faiss.Index, rescorer: Rescorer | None, fresh: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, float32 vectors) of every entry of ``index``: decoded from its lists, or, for
-    compressed lists, read from ``rescorer`` (``fresh`` False: as of its file)."""
+    """(ids, float32 vectors) of ``index``: from its lists, or ``rescorer`` (``fresh`` False: its file)."""
     if rescorer is None:
         return held_vectors(index)
     ids = ids_of(index)

@@ -1,6 +1,5 @@
 """Retraining a live index in place (``LiveIndex.retrain``): a new IVF trained on the vectors it
-holds, swapped in under the same ids while searches and writes go on. A mixin of ``LiveIndex``
-(index/live.py), whose lock, change log and snapshot files it uses."""
+holds, swapped in under the same ids while searches and writes go on."""
 
 from __future__ import annotations
 
@@ -8,13 +7,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from distilembed.artifacts import atomic_write_json, now_iso
 from distilembed.errors import BusyError
 from index import integrity
 from index.integrity import INDEX_FILE, RESCORE_FILE, STAGED_RESCORE
-from index.live_state import Change, LiveState
+from index.replay import Replaying
 from index.rescore import exact_vectors, write_rows
 from index.vectors import (
     FLAT_BELOW,
@@ -34,28 +31,19 @@ if TYPE_CHECKING:
 
     import faiss
 
-    from index.rescore import Rescorer
-
 log = logging.getLogger("index.live")
 
 
-class Retraining(LiveState):
-    """``retrain`` for ``LiveIndex``."""
+class Retraining(Replaying):
+    """``retrain`` for ``LiveIndex`` (index/live.py), whose lock, change log and files it uses."""
 
-    if TYPE_CHECKING:  # defined by LiveIndex and its Replaying mixin (index/replay.py)
+    if TYPE_CHECKING:  # defined by LiveIndex
 
         @property
         def ntotal(self) -> int: ...
         def _require_writable(self) -> None: ...
         def _write_snapshot(self) -> None: ...
         def _install(self, index: faiss.Index, rescore_file: Path | None = None) -> dict[str, Any]: ...
-        def _replay(self, index: faiss.Index, rescorer: Rescorer | None) -> list[Change]: ...
-        def _open_rescorer(self, index: faiss.Index) -> Rescorer | None: ...
-
-    def _held(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, exact vectors) of the snapshot file: a retrain's training set. Compressed lists
-        only know their ids; their vectors come from the rescoring file (as of that snapshot)."""
-        return exact_vectors(load_index(self.dir / INDEX_FILE, self.nprobe), self.rescorer, fresh=False)
 
     def retrain(
         self,
@@ -65,11 +53,8 @@ class Retraining(LiveState):
         seed: int = 0,
         pq: tuple[int, int] | None = None,
     ) -> dict[str, Any]:
-        """Train a new index (IVF for ``nlist``, or flat below ``flat_below``) on the vectors this
-        one holds and swap it in under the same ids; returns the new manifest. Nothing is
-        re-encoded. Searches and writes go on while it trains: writes made meanwhile are in the
-        change log and are replayed on the new index before the swap. ``storage`` (and ``pq``,
-        its m and bits) None keeps the current one."""
+        """Train a new index on the vectors held and swap it in under the same ids while searches and
+        writes go on (replayed from the log); returns the new manifest. ``storage``, ``pq`` None: keep."""
         self._require_writable()
         storage = storage or storage_of(self.index)
         pq = pq or pq_shape(self.index)
@@ -82,9 +67,9 @@ class Retraining(LiveState):
                 t = time.perf_counter()
                 self._write_snapshot()  # from here the log holds the changes made during training
                 locked += time.perf_counter() - t
-            # Checkpoints wait for this retrain, so the files are this snapshot until the swap
-            # below: read the vectors from them, without blocking searches and writes.
-            ids, vectors = self._held()
+            # Checkpoints wait for this retrain: until the swap, the files hold this snapshot.
+            snapshot = load_index(self.dir / INDEX_FILE, self.nprobe)
+            ids, vectors = exact_vectors(snapshot, self.rescorer, fresh=False)
             plan = plan_index(len(ids), nlist, flat_below, storage, pq)
             log.info("retrain %s: %d vectors, %s -> %s", self.dir, len(ids), self.kind, plan)
             fresh = build_index(vectors, plan, seed=seed)
@@ -120,8 +105,7 @@ class Retraining(LiveState):
                         "blocking_seconds": round(locked + time.perf_counter() - t, 3),
                     },
                 }
-                # After the Faiss file: a crash in between leaves the new index under the old
-                # manifest's type/nlist labels (searches still work); a second retrain fixes them.
+                # A crash before this leaves the old type/nlist labels: searches work, a retrain fixes them.
                 atomic_write_json(self.dir / "manifest.json", self.manifest)
                 integrity.fsync_path(self.dir)
                 if not rescored and RESCORE_FILE in self.manifest.get("files", {}):

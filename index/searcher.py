@@ -1,9 +1,5 @@
-"""The interface of an index that the service searches and writes, defined once for all of them:
-``index.live.LiveIndex`` (one directory), ``index.shards.ShardedIndex`` (shards searched together),
-and in ``service/``: a Ray Serve replica's read-only copy whose writes go to one writer
-(``ReplicaIndex``), a shard deployment seen from an API replica (``ShardHandle``) and the tests'
-``FakeIndex``.
-"""
+"""The interface of an index the service searches and writes: ``LiveIndex``, ``ShardedIndex``, and in
+``service/`` ``ReplicaIndex``, ``ShardHandle`` and ``FakeIndex``."""
 
 from __future__ import annotations
 
@@ -34,7 +30,6 @@ class Searcher(Protocol):
         ...
 
     def get(self, ext_id: str) -> Document | None: ...
-
     def count(self, where: dict[str, Any] | None = None) -> int: ...
 
 
@@ -48,39 +43,26 @@ class IndexLike(Searcher, Protocol):
     # Read-only here: the service never sets them (a replica's or a sharded index's are properties).
     @property
     def dim(self) -> int: ...
-
     @property
     def nprobe(self) -> int: ...
-
     @property
     def kind(self) -> str: ...
-
     @property
     def nlist(self) -> int: ...
-
     @property
     def manifest(self) -> dict[str, Any]: ...
-
     @property
     def ntotal(self) -> int: ...
-
     @property
     def indexed_fields(self) -> tuple[str, ...]: ...
-
     def add_field_index(self, field: str) -> bool: ...
-
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]: ...
-
     def delete(self, ext_ids: Sequence[str]) -> list[str]: ...
-
     def checkpoint(self) -> None: ...
-
     def retrain(
         self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
     ) -> dict[str, Any]: ...
-
     def snapshot(self, out: Path) -> dict[str, Any]: ...
-
     def close(self) -> None: ...
 
 

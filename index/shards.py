@@ -1,11 +1,6 @@
-"""An index cut into N shards for replicas that cannot each hold all of it, and the search that
-asks every shard and merges their top-k (Faiss ``IndexShards`` semantics).
-
-Each shard is a complete index directory holding the documents whose ``crc32(id) % N`` is its
-number, under the source's int ids, in an IVF with the source's centroids: a query probes the
-same lists in every shard as in the whole index, so the merged top-k equals the unsharded top-k
-(up to the order of equal scores). The parent directory's manifest (kind ``index_shards``) lists
-the shards. A sharded index is searched, not written: upsert into the source and shard it again.
+"""An index cut into N read-only shards by ``crc32(id) % N``, each a complete index directory with
+the source's int ids and centroids, so merging their top-k gives the unsharded one
+(docs/decisions.md, 22).
 """
 
 from __future__ import annotations
@@ -13,6 +8,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +17,7 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
-from index.integrity import RESCORE_FILE, with_files
+from index.integrity import RESCORE_FILE, refuse_existing, seal
 from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
 from index.rescore import exact_vectors, write_rows
 from index.searcher import Searcher
@@ -39,16 +35,11 @@ def _in_shard(number: int, count: int) -> Callable[[str], bool]:
     return lambda ext_id: shard_of(ext_id, count) == number
 
 
-def shard_name(number: int, count: int) -> str:
-    return f"shard-{number:05d}-of-{count:05d}"
-
-
 def shard_index(source: Path, count: int, out: Path, overwrite: bool = False) -> dict[str, Any]:
     """Cut the index at ``source`` into ``count`` shard directories under ``out``."""
     if count < 2:
         raise UserError(f"--shards must be at least 2, not {count}")
-    if out.exists() and not overwrite:
-        raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
+    refuse_existing(out, overwrite)
     whole = LiveIndex(source, writable=False)
     try:
         ids, vectors = exact_vectors(whole.index, whole.rescorer)
@@ -56,17 +47,13 @@ def shard_index(source: Path, count: int, out: Path, overwrite: bool = False) ->
         with atomic_directory(out, overwrite=overwrite) as tmp:
             names = []
             for number in tqdm(range(count), desc="shards", unit="shard"):
-                name = shard_name(number, count)
-                _write_shard(whole, tmp / name, ids[owners == number], vectors[owners == number])
-                kept = DocumentStore(tmp / name / STORE_FILE)
-                kept.copy_documents_from(source / STORE_FILE, _in_shard(number, count))
-                kept.close()
-                shard_manifest = with_files(tmp / name, whole.manifest) | {
-                    "ntotal": int((owners == number).sum()),
-                    "shard": {"number": number, "count": count, "key": "crc32(id) % count"},
-                }
-                atomic_write_json(tmp / name / "manifest.json", shard_manifest)
-                names.append(name)
+                names.append(name := f"shard-{number:05d}-of-{count:05d}")
+                mine = owners == number
+                _write_shard(whole, tmp / name, ids[mine], vectors[mine])
+                with closing(DocumentStore(tmp / name / STORE_FILE)) as kept:
+                    kept.copy_documents_from(source / STORE_FILE, _in_shard(number, count))
+                shard = {"number": number, "count": count, "key": "crc32(id) % count"}
+                seal(tmp / name, whole.manifest | {"ntotal": int(mine.sum()), "shard": shard})
             manifest = {
                 "kind": SHARDS_KIND,
                 "created": now_iso(),
@@ -110,8 +97,7 @@ def merge_hits(per_shard: Sequence[list[list[Hit]]], k: int) -> list[list[Hit]]:
 
 
 class ShardedIndex:
-    """The service's index over shards (local ``LiveIndex``es, or Ray Serve shard deployments):
-    every search runs on all shards in parallel and their top-k are merged."""
+    """The service's index over shards: each search runs on every shard and their top-k are merged."""
 
     def __init__(
         self, shards: Sequence[Searcher], manifest: dict[str, Any], close: Callable[[], None]
@@ -168,8 +154,7 @@ class ShardedIndex:
 
 
 def is_sharded(directory: Path) -> bool:
-    path = directory / "manifest.json"
-    return path.is_file() and read_manifest(directory).get("kind") == SHARDS_KIND
+    return (directory / "manifest.json").is_file() and read_manifest(directory).get("kind") == SHARDS_KIND
 
 
 def open_sharded(
@@ -180,24 +165,23 @@ def open_sharded(
     *,
     rescore_k: int | None = None,
 ) -> ShardedIndex:
-    """All shards of ``directory`` in this process, read-only, each checked against the bundle.
-    ``rescore_k``: candidates each shard of compressed lists rescores (default: its manifest's)."""
+    """All shards of ``directory`` here, read-only, each checked against the bundle."""
     manifest = read_manifest(directory)
     shards: list[LiveIndex] = []
-    try:
-        for name in manifest["shards"]:
-            shard = open_for_bundle(directory / name, dim, bundle_sha256, nprobe, False, rescore_k=rescore_k)
-            shards.append(shard)
-    except BaseException:
-        for shard in shards:
-            shard.close(checkpoint=False)
-        raise
-    first = shards[0].manifest | {"nprobe": shards[0].nprobe}
 
     def close() -> None:
         for shard in shards:
             shard.close(checkpoint=False)
 
+    try:
+        for name in manifest["shards"]:
+            shards.append(
+                open_for_bundle(directory / name, dim, bundle_sha256, nprobe, False, rescore_k=rescore_k)
+            )
+    except BaseException:
+        close()
+        raise
+    first = shards[0].manifest | {"nprobe": shards[0].nprobe}
     return ShardedIndex(shards, manifest | {"first_shard": first}, close)
 
 
@@ -210,8 +194,7 @@ def open_index(
     writable: bool = True,
     rescore_k: int | None = None,
 ) -> LiveIndex | ShardedIndex:
-    """The index at ``directory`` for a bundle's encoder, whole or sharded (``index shard``). A
-    sharded index is read-only whatever ``writable`` says: its writes raise BusyError."""
+    """The index at ``directory`` for a bundle's encoder, whole or sharded (always read-only)."""
     if is_sharded(Path(directory)):
         return open_sharded(Path(directory), dim, bundle_sha256, nprobe, rescore_k=rescore_k)
     return open_for_bundle(directory, dim, bundle_sha256, nprobe, writable, rescore_k=rescore_k)

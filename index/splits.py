@@ -1,11 +1,6 @@
-"""Cut a corpus into splits: runs of at most ``lines_per_split`` consecutive lines (Parquet: rows)
-of one file. A split is the unit both build engines encode in one call and checkpoint as one shard,
-so a split's vectors are the same whichever engine or worker encoded it (dynamic int8 scales
-activations per call, so a text's vector depends on the texts encoded with it).
-
-Planning reads each file once: its sha256 and, for line formats, the byte offset where every split
-begins, so a Ray read task can seek straight to its split. A gzip file cannot be seeked: the local
-engine streams it, the Ray engine reads a decompressed copy (``stage_decompressed``).
+"""Cut a corpus into splits of at most ``lines_per_split`` lines of one file, which both build
+engines encode in one call (dynamic int8 depends on the texts encoded together) and checkpoint as
+one shard (docs/decisions.md, 20). Planning records each split's byte offset, for Ray to seek to.
 """
 
 from __future__ import annotations
@@ -14,7 +9,7 @@ import gzip
 import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from itertools import islice
+from itertools import groupby, islice
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +17,8 @@ import numpy as np
 
 from distilembed.artifacts import sha256_file
 from distilembed.errors import UserError
-from index.corpus import (
-    CorpusSpec,
-    CorpusStats,
-    check_columns,
-    decoded,
-    first_json_columns,
-    format_of,
-    from_mapping,
-    open_binary,
-    parse_lines,
-    split_fields,
-    warn_skipped_total,
-)
+from index import corpus
+from index.corpus import CorpusSpec, CorpusStats
 from index.store import Document
 
 LINES_PER_SPLIT = 8192
@@ -92,7 +76,8 @@ def plan_corpus(spec: CorpusSpec, lines_per_split: int = LINES_PER_SPLIT) -> Cor
     root = spec.root()
     files, splits = [], []
     for index, path in enumerate(paths):
-        prefix = "" if len(paths) == 1 else f"{_relative(path, root)}:"
+        relative = path.relative_to(root) if path.is_relative_to(root) else path
+        prefix = "" if len(paths) == 1 else f"{relative}:"
         info, offsets = _scan(spec, path, lines_per_split, prefix)
         files.append(info)
         for first in range(info.first, info.lines + 1, lines_per_split):
@@ -101,31 +86,24 @@ def plan_corpus(spec: CorpusSpec, lines_per_split: int = LINES_PER_SPLIT) -> Cor
     return CorpusPlan(tuple(files), tuple(splits), lines_per_split)
 
 
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
-
-
 def _scan(spec: CorpusSpec, path: Path, step: int, prefix: str) -> tuple[CorpusFile, dict[int, int]]:
-    fmt = format_of(path)
+    fmt = corpus.format_of(path)
     if fmt == ".parquet":
         parquet = _parquet_file(path)
-        check_columns(spec, parquet.schema_arrow.names, str(path))
+        corpus.check_columns(spec, parquet.schema_arrow.names, str(path))
         return CorpusFile(str(path), fmt, sha256_file(path), parquet.metadata.num_rows, 1), {}
     header = None
     if fmt in (".csv", ".tsv"):
-        with open_binary(path) as handle:
+        with corpus.open_binary(path) as handle:
             first_line = handle.readline()
         if first_line:
             try:
-                header = split_fields(first_line.decode("utf-8").rstrip("\r\n"), fmt)
+                header = corpus.split_fields(first_line.decode("utf-8").rstrip("\r\n"), fmt)
             except UnicodeDecodeError:
                 raise UserError(f"{path}: the header line is not UTF-8") from None
-            check_columns(spec, header, str(path))
-    elif fmt == ".jsonl" and (columns := first_json_columns(path)) is not None:
-        check_columns(spec, columns, str(path))
+            corpus.check_columns(spec, header, str(path))
+    elif fmt == ".jsonl" and (columns := corpus.first_json_columns(path)) is not None:
+        corpus.check_columns(spec, columns, str(path))
     first = 2 if header is not None else 1
     lines, offsets = _line_offsets(path, first, step)
     return CorpusFile(str(path), fmt, sha256_file(path), lines, first, header, prefix), offsets
@@ -137,7 +115,7 @@ def _line_offsets(path: Path, first: int, step: int) -> tuple[int, dict[int, int
     target = first if first > 1 else first + step
     pos = newlines = 0
     last = 10
-    with open_binary(path) as handle:
+    with corpus.open_binary(path) as handle:
         while chunk := handle.read(CHUNK):
             at = np.flatnonzero(np.frombuffer(chunk, np.uint8) == 10)
             # line L begins one byte after newline number L - 1
@@ -177,35 +155,32 @@ def _parquet_rows(spec: CorpusSpec, info: CorpusFile, split: Split, stats: Corpu
         return
     table = parquet.read_row_groups(groups, columns=names).slice(start - base, split.lines)
     for i, row in enumerate(table.to_pylist()):
-        if doc := from_mapping(spec, row, split.first_line + i, info.path, stats):
+        if doc := corpus.from_mapping(spec, row, split.first_line + i, info.path, stats):
             yield doc
 
 
 def read_split(
     spec: CorpusSpec, plan: CorpusPlan, split: Split, stats: CorpusStats, source: Path | None = None
 ) -> list[Document]:
-    """The documents of one split, read by seeking to it. ``source``: a decompressed copy of a
-    gzip file (without one, a gzip file is decompressed from its start)."""
+    """The documents of one split, read by seeking to it (``source``: a gzip file's decompressed copy)."""
     info = plan.files[split.file]
     if info.format == ".parquet":
         return list(_parquet_rows(spec, info, split, stats))
     path = source or Path(info.path)
     seekable = source is not None or not info.path.endswith(".gz")
     with open(path, "rb") if seekable else gzip.open(path, "rb") as handle:
+        skip = 0 if seekable else split.first_line - 1  # a gzip file is read from its start
         if seekable:
             handle.seek(split.offset)
-            raw = list(islice(handle, split.lines))
-        else:
-            raw = list(islice(handle, split.first_line - 1, split.first_line - 1 + split.lines))
-        return _parse(spec, info, split.first_line, raw, stats)
+        return _parse(spec, info, split.first_line, list(islice(handle, skip, skip + split.lines)), stats)
 
 
 def _parse(
     spec: CorpusSpec, info: CorpusFile, first_line: int, raw: list[bytes], stats: CorpusStats
 ) -> list[Document]:
-    lines = decoded(raw, first_line, info.path, stats)
+    lines = corpus.decoded(raw, first_line, info.path, stats)
     return list(
-        parse_lines(
+        corpus.parse_lines(
             spec, info.format, lines, stats, where=info.path, header=info.header, id_prefix=info.id_prefix
         )
     )
@@ -216,24 +191,21 @@ def iter_split_documents(
 ) -> Iterator[tuple[Split, list[Document]]]:
     """Every split's documents in plan order, reading each file once from its start."""
     stats = stats if stats is not None else CorpusStats()
-    by_file: dict[int, list[Split]] = {}
-    for split in plan.splits:
-        by_file.setdefault(split.file, []).append(split)
-    for index, info in enumerate(plan.files):
+    for number, splits in groupby(plan.splits, key=lambda split: split.file):  # in file order
+        info = plan.files[number]
         if info.format == ".parquet":
-            for split in by_file.get(index, []):
+            for split in splits:
                 yield split, list(_parquet_rows(spec, info, split, stats))
             continue
-        with open_binary(Path(info.path)) as handle:
+        with corpus.open_binary(Path(info.path)) as handle:
             for _ in islice(handle, info.first - 1):  # the header
                 pass
-            for split in by_file.get(index, []):
+            for split in splits:
                 yield split, _parse(spec, info, split.first_line, list(islice(handle, split.lines)), stats)
 
 
 def stage_decompressed(plan: CorpusPlan, directory: Path) -> dict[int, Path]:
-    """A decompressed copy of every gzip file of the plan, for read tasks that seek (kept across
-    a resumed build; written to a temp name and renamed)."""
+    """A decompressed copy of every gzip file, for read tasks that seek (kept across resumes)."""
     directory.mkdir(parents=True, exist_ok=True)
     staged = {}
     for index, info in enumerate(plan.files):
@@ -254,4 +226,4 @@ def iter_documents(spec: CorpusSpec, stats: CorpusStats | None = None) -> Iterat
     stats = stats if stats is not None else CorpusStats()
     for _, docs in iter_split_documents(spec, plan_corpus(spec), stats):
         yield from docs
-    warn_skipped_total(spec, stats)
+    corpus.warn_skipped_total(spec, stats)

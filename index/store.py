@@ -41,10 +41,7 @@ class Document:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-# Durability and safety settings of every connection (docs/decisions.md): WAL with an fsync per
-# commit; F_FULLFSYNC where fsync alone does not reach the disk (macOS, a no-op elsewhere); the WAL
-# cut back after checkpoints; b-tree cells bounds-checked as they are read; no functions with side
-# effects run from a schema (a restored snapshot may come from anywhere).
+# Durability and safety of every connection (docs/decisions.md, 26; a snapshot may come from anywhere).
 PRAGMAS = (
     "journal_mode=WAL",
     "synchronous=FULL",
@@ -55,15 +52,27 @@ PRAGMAS = (
     "trusted_schema=OFF",
 )
 BUSY_TIMEOUT_S = 10.0  # a connection meeting a lock (WAL recovery, a checkpoint) waits, not fails
+UPSERT_DOC = (  # a replaced document keeps its int id
+    "INSERT INTO docs (ext_id, text, metadata) VALUES (?, ?, ?) ON CONFLICT (ext_id) "
+    "DO UPDATE SET text = excluded.text, metadata = excluded.metadata RETURNING int_id"
+)
 INSERT_FIELD_VALUE = "INSERT INTO field_values (field, kind, value, int_id) VALUES (?, ?, ?, ?)"
 SOURCE_HAS_FIELDS = "SELECT 1 FROM source.sqlite_master WHERE type = 'table' AND name = 'indexed_fields'"
 IDS_PARAM = "SELECT value FROM json_each(?)"  # a list of int ids as one parameter
+LOG_CHANGE = "INSERT INTO changes (int_id, vector) VALUES (?, ?)"  # a NULL vector: a delete
+
+
+def sqlite_problems(db: sqlite3.Connection, pragma: str = "quick_check(20)") -> list[str]:
+    """What SQLite's own check (``pragma``) finds wrong with the database, [] if it is sound."""
+    try:
+        rows = [str(row[0]) for row in db.execute(f"PRAGMA {pragma}").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
+    return [] if rows == ["ok"] else rows
 
 
 class DocumentStore:
-    """One SQLite file; every write is one transaction, committed before it is acknowledged.
-    ``readonly``: the connection refuses writes (``PRAGMA query_only``), for readers of a
-    directory that another process writes."""
+    """One SQLite file, a transaction a write; ``readonly``: writes refused (``PRAGMA query_only``)."""
 
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
@@ -83,24 +92,14 @@ class DocumentStore:
         self.db.close()
 
     def check(self, full: bool = False) -> list[str]:
-        """SQLite's own check (``quick_check``, or ``integrity_check`` with ``full``); its
-        complaints, [] if it is sound."""
-        pragma = "integrity_check(20)" if full else "quick_check(20)"
-        try:
-            rows = [str(row[0]) for row in self.db.execute(f"PRAGMA {pragma}").fetchall()]
-        except sqlite3.DatabaseError as exc:
-            return [str(exc)]
-        return [] if rows == ["ok"] else rows
+        """SQLite's ``quick_check``, or ``integrity_check`` with ``full``."""
+        return sqlite_problems(self.db, "integrity_check(20)" if full else "quick_check(20)")
 
     def upsert(
         self, docs: Sequence[Document], vectors: np.ndarray | None = None
     ) -> tuple[list[int], list[int]]:
-        """Insert or replace by external id; return (int ids in input order, int ids that were replaced).
-
-        A replaced document keeps its int id, so the vector index replaces it in place. Within one
-        batch the last occurrence of an id wins. With ``vectors`` (one row per doc) the vector
-        changes are logged in the same transaction, so a committed upsert survives a crash whole.
-        """
+        """Insert or replace by external id, the last occurrence winning, a replaced document keeping its
+        int id, ``vectors`` logged in the same transaction; returns (int ids, replaced int ids)."""
         last = {doc.id: doc for doc in docs}
         rows = {doc.id: i for i, doc in enumerate(docs)}  # the last row of each id
         existing = self.int_ids(last)
@@ -111,24 +110,13 @@ class DocumentStore:
                 self._drop_field_values(replaced)
             for doc in last.values():
                 meta = json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True)
-                if doc.id in existing:
-                    self.db.execute(
-                        "UPDATE docs SET text = ?, metadata = ? WHERE ext_id = ?", (doc.text, meta, doc.id)
-                    )
-                else:
-                    cur = self.db.execute(
-                        "INSERT INTO docs (ext_id, text, metadata) VALUES (?, ?, ?)", (doc.id, doc.text, meta)
-                    )
-                    assert cur.lastrowid is not None  # set by the INSERT
-                    existing[doc.id] = int(cur.lastrowid)
+                existing[doc.id] = int(self.db.execute(UPSERT_DOC, (doc.id, doc.text, meta)).fetchone()[0])
                 if fields:
                     values = filter_sql.index_rows(existing[doc.id], doc.metadata, fields)
                     self.db.executemany(INSERT_FIELD_VALUE, values)
                 if vectors is not None:
                     blob = np.ascontiguousarray(vectors[rows[doc.id]], dtype="<f4").tobytes()
-                    self.db.execute(
-                        "INSERT INTO changes (int_id, vector) VALUES (?, ?)", (existing[doc.id], blob)
-                    )
+                    self.db.execute(LOG_CHANGE, (existing[doc.id], blob))
         return [existing[doc.id] for doc in docs], replaced
 
     @contextmanager
@@ -156,10 +144,8 @@ class DocumentStore:
         return {ext: int(i) for ext, i in self._select_in("ext_id, int_id", "ext_id", list(ext_ids))}
 
     def get(self, ext_id: str) -> Document | None:
-        row = self.db.execute(
-            "SELECT ext_id, text, metadata FROM docs WHERE ext_id = ?", (ext_id,)
-        ).fetchone()
-        return Document(row[0], row[1], json.loads(row[2])) if row else None
+        rows = self._select_in("ext_id, text, metadata", "ext_id", [ext_id])
+        return Document(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
 
     def get_many(self, int_ids: Sequence[int]) -> dict[int, Document]:
         rows = self._select_in("int_id, ext_id, text, metadata", "int_id", [int(i) for i in int_ids])
@@ -174,12 +160,13 @@ class DocumentStore:
                 if row:
                     gone[ext] = int(row[0])
                     self._drop_field_values([gone[ext]])
-                    self.db.execute("INSERT INTO changes (int_id, vector) VALUES (?, NULL)", (gone[ext],))
+                    self.db.execute(LOG_CHANGE, (gone[ext], None))
         return gone
 
-    def changes(self) -> list[tuple[int, int, bytes | None]]:
-        """Logged vector changes (seq, int id, float32 bytes or None for a delete), oldest first."""
-        return self.db.execute("SELECT seq, int_id, vector FROM changes ORDER BY seq").fetchall()
+    def changes(self, after: int = 0) -> list[tuple[int, int, bytes | None]]:
+        """Logged vector changes past seq ``after``: (seq, int id, float32 bytes or None), oldest first."""
+        query = "SELECT seq, int_id, vector FROM changes WHERE seq > ? ORDER BY seq"
+        return self.db.execute(query, (after,)).fetchall()
 
     def last_change(self) -> int | None:
         """The newest logged change's seq (None: the log is empty), without reading the vectors."""
@@ -191,15 +178,12 @@ class DocumentStore:
     def drop_changes(self, up_to_seq: int) -> None:
         self.db.execute("DELETE FROM changes WHERE seq <= ?", (up_to_seq,))
 
-    # --- filters and payload indexes (index/filters.py, index/filter_sql.py) ---------------------
-
     def indexed_fields(self) -> tuple[str, ...]:
         """The fields with a payload index, read each time: another process may have added one."""
         return tuple(r[0] for r in self.db.execute("SELECT field FROM indexed_fields ORDER BY field"))
 
     def add_field_index(self, field: str) -> bool:
-        """Index ``field`` (a filter path) for filters: its values for every document, kept in step
-        with every later write. One transaction; False if it was indexed already."""
+        """Index ``field`` for filters, kept in step with every write; False if it was indexed already."""
         try:
             field = join_path(split_path(field))
         except ValueError as exc:
@@ -217,17 +201,12 @@ class DocumentStore:
         return True
 
     def _drop_field_values(self, int_ids: Sequence[int]) -> None:
-        self.db.execute(
-            "DELETE FROM field_values WHERE int_id IN (SELECT value FROM json_each(?))",
-            (json.dumps(int_ids),),
-        )
+        self.db.execute(f"DELETE FROM field_values WHERE int_id IN ({IDS_PARAM})", (json.dumps(int_ids),))
 
     def _matching_ids_sql(self, node: Node) -> tuple[str, list[Any]]:
-        """A SELECT of the matching int ids (duplicates possible): over the payload index alone
-        when it covers the filter, else a pass over the documents."""
+        """A SELECT of the matching int ids: from the payload index if it covers the filter, else a scan."""
         fields = self.indexed_fields()
-        compiled = filter_sql.compile_ids(node, fields)
-        if compiled is not None:
+        if (compiled := filter_sql.compile_ids(node, fields)) is not None:
             return compiled
         sql, params = filter_sql.compile_where(node, fields)
         return f"SELECT int_id FROM docs WHERE {sql}", params
@@ -237,13 +216,8 @@ class DocumentStore:
         return self._commits, int(self.db.execute("PRAGMA data_version").fetchone()[0])
 
     def known_matches(self, node: Node) -> tuple[int, np.ndarray | None] | None:
-        """(how many documents pass the filter, their ids if kept), if a search since the last
-        write found out (index/filter_cache.py)."""
+        """(count, ids if kept) of the filter's matches, if a search since the last write found them."""
         return self.matches.get(node, self._state())
-
-    def known_match_count(self, node: Node) -> int | None:
-        hit = self.known_matches(node)
-        return hit[0] if hit is not None else None
 
     def ids_matching(self, node: Node) -> np.ndarray:
         """Int ids (int64, ascending) of the documents that pass the filter (index/filter_cache.py)."""
@@ -263,15 +237,13 @@ class DocumentStore:
         return np.fromstring(text, dtype=np.int64, sep=",") if text else np.zeros(0, np.int64)
 
     def count_matching(self, node: Node) -> int:
-        known = self.known_match_count(node)
-        if known is not None:
-            return known
+        if (known := self.known_matches(node)) is not None:
+            return known[0]
         sql, params = self._matching_ids_sql(node)
         return int(self.db.execute(f"SELECT COUNT(DISTINCT int_id) FROM ({sql})", params).fetchone()[0])
 
     def which_match(self, node: Node, int_ids: Sequence[int]) -> set[int]:
-        """The ones of ``int_ids`` whose documents pass the filter. When the payload index covers it,
-        the ids are checked there alone, without a lookup of each document's row."""
+        """Those of ``int_ids`` that pass the filter (from the payload index alone if it covers it)."""
         fields = self.indexed_fields()
         sql, params = filter_sql.compile_where(node, fields, per_row=True)
         if all(c.field in fields for c in conditions(node)):
@@ -284,8 +256,7 @@ class DocumentStore:
         return int(self.db.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
 
     def copy_documents_from(self, source: Path, keep: Callable[[str], bool]) -> int:
-        """Copy the documents of another store whose external id ``keep`` accepts, int ids kept
-        (one transaction); returns how many."""
+        """Copy the documents whose external id ``keep`` accepts, int ids kept; returns how many."""
         self.db.create_function("keep_id", 1, lambda ext: int(keep(ext)), deterministic=True)
         self.db.execute("ATTACH DATABASE ? AS source", (str(source),))
         try:

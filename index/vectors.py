@@ -16,7 +16,6 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-from faiss.contrib.inspect_tools import get_invlist
 
 from distilembed.artifacts import FILE_MODE
 from distilembed.errors import UserError
@@ -39,8 +38,7 @@ class IndexPlan:
     kind: str  # "ivf" | "flat"
     nlist: int
     reason: str
-    # How IVF lists hold vectors: float32; sq8 (a byte per dimension); pq (pq_m codes of pq_bits
-    # bits); binary (a sign bit per dimension, Hamming distance, under float centroids).
+    # float32; sq8 (a byte a dimension); pq (pq_m codes of pq_bits bits); binary (a bit a dimension)
     storage: str = "float32"
     pq_m: int = 16
     pq_bits: int = 8
@@ -64,8 +62,7 @@ def check_storage(storage: str, dim: int | None = None, pq_m: int = 16, pq_bits:
 
 
 def is_binary(index: faiss.Index | faiss.IndexBinary) -> bool:
-    """A Faiss binary index (Hamming centroids too): how binary lists were built before decision 40.
-    Such files still load, search and take upserts; a retrain rebuilds them as ``binary_lists``."""
+    """A Faiss binary index: binary lists before decision 40 (they load, search and take upserts)."""
     return isinstance(index, faiss.IndexBinary)
 
 
@@ -75,9 +72,7 @@ def has_binary_lists(index: faiss.Index | faiss.IndexBinary) -> bool:
 
 
 def binary_lists(dim: int, nlist: int) -> faiss.IndexIVFSpectralHash:
-    """An untrained IVF whose lists hold ``dim`` sign bits per vector (``dim / 8`` bytes), under
-    float centroids: a query probes the lists a float IVF would, and scans them by Hamming distance
-    (docs/decisions.md, 40)."""
+    """An untrained IVF holding ``dim`` sign bits per vector under float centroids (decision 40)."""
     index = faiss.IndexIVFSpectralHash(faiss.IndexFlatIP(dim), dim, nlist, dim, SIGN_PERIOD)
     index.threshold_type = faiss.IndexIVFSpectralHash.Thresh_global
     index.cp.spherical = True  # as Faiss trains an inner-product IVF: the float32 lists' centroids
@@ -85,28 +80,21 @@ def binary_lists(dim: int, nlist: int) -> faiss.IndexIVFSpectralHash:
 
 
 def copy_index(index: faiss.Index | faiss.IndexBinary) -> faiss.Index | faiss.IndexBinary:
-    """A deep copy through Faiss's own serialisation: ``clone_index`` copies an
-    IndexIVFSpectralHash's rotation by pointer, and both copies would free it."""
+    """A deep copy by serialisation: ``clone_index`` shares an IndexIVFSpectralHash's rotation."""
     if is_binary(index):
         return faiss.deserialize_index_binary(faiss.serialize_index_binary(index))
     return faiss.deserialize_index(faiss.serialize_index(index))
 
 
 def signs(vectors: np.ndarray) -> np.ndarray:
-    """The sign bits of each row packed 8 to a byte, most significant first (sentence-transformers'
-    ``quantize_embeddings(..., "ubinary")``): what binary lists hold."""
+    """The sign bits of each row, 8 to a byte, most significant first: what binary lists hold."""
     return np.packbits(np.asarray(vectors) > 0, axis=1)
 
 
 def on_disk(index: faiss.Index) -> bool:
     """Whether an IVF index's lists live in a memory-mapped file (read-only here)."""
-    if is_binary(index):
-        return False
-    try:
-        lists = faiss.extract_index_ivf(index).invlists
-    except RuntimeError:
-        return False
-    return isinstance(faiss.downcast_InvertedLists(lists), faiss.OnDiskInvertedLists)
+    lists = faiss.downcast_InvertedLists(index.invlists) if isinstance(index, faiss.IndexIVF) else None
+    return isinstance(lists, faiss.OnDiskInvertedLists)
 
 
 def storage_of(index: faiss.Index) -> str:
@@ -130,17 +118,13 @@ def describe(index: faiss.Index) -> tuple[str, int]:
 
 
 def default_nprobe(storage: str) -> int:
-    """Lists searched per query by default: 8 for the rescored lists (pq, binary), whose candidates
-    are rescored, so more lists buy recall cheaply (bench/binary_lists.py, 136,824 documents, 1,024
-    binary lists: Quora MRR@10 rescored 95.1% of the teacher's exact search at nprobe 5, 96.4% at 8,
-    97.6% at 16, at 8.9x / 8.8x / 6.2x the teacher's IVF speed; docs/decisions.md, 40, 43); 5 for
-    float32 and sq8."""
+    """Lists searched per query by default: 8 for rescored lists (more lists buy recall cheaply:
+    Quora MRR@10 95.1%, 96.4%, 97.6% of exact at nprobe 5, 8, 16; docs/decisions.md, 40, 43), else 5."""
     return 8 if storage in RESCORED else 5
 
 
 def default_pq_m(dim: int) -> int:
-    """Codes per vector by default: one per 8 dimensions (16 bytes at 128-d), or the nearest
-    smaller divisor of ``dim``."""
+    """Codes per vector by default: one per 8 dimensions, or the nearest smaller divisor of ``dim``."""
     return max(m for m in range(1, max(1, dim // 8) + 1) if dim % m == 0)
 
 
@@ -153,14 +137,11 @@ def pq_shape(index: faiss.Index) -> tuple[int, int]:
 
 def bytes_per_vector(index: faiss.Index) -> float:
     """Memory a vector takes in the lists: its code plus its 8-byte id (flat: code only)."""
-    if is_ivf(index):
-        return float(index.code_size + 8)
-    return 4.0 * index.d
+    return float(index.code_size + 8) if is_ivf(index) else 4.0 * index.d
 
 
 def centroid_bytes(index: faiss.Index | faiss.IndexBinary) -> int:
-    """Memory the IVF's coarse centroids take, whatever the number of documents (flat: 0): 4 x d
-    bytes per list for float centroids (every storage now), d / 8 for older binary lists'."""
+    """Memory the coarse centroids take (flat: 0): 4 x d bytes a list, d / 8 for older binary lists."""
     if not is_ivf(index):
         return 0
     downcast = faiss.downcast_IndexBinary if is_binary(index) else faiss.downcast_index
@@ -169,9 +150,8 @@ def centroid_bytes(index: faiss.Index | faiss.IndexBinary) -> int:
 
 
 def binary_nlist(n: int) -> int:
-    """The most binary lists worth having for ``n`` vectors: about sqrt(n). Their counting scan costs
-    ~1 ns a code while the coarse step compares every query with every float centroid, so below
-    ~1M vectors fewer, longer lists are faster and no worse (docs/decisions.md, 43)."""
+    """About sqrt(n): below ~1M vectors fewer, longer binary lists are faster and no worse, their
+    scan costing ~1 ns a code while the coarse step scans every centroid (docs/decisions.md, 43)."""
     return max(1, math.isqrt(n))
 
 
@@ -182,8 +162,7 @@ def plan_index(
     storage: str = "float32",
     pq: tuple[int, int] = (16, 8),
 ) -> IndexPlan:
-    """IVF with the requested nlist if the corpus can train it, else a smaller nlist or flat.
-    ``pq``: (m, bits) of pq storage."""
+    """IVF with ``nlist`` lists if the corpus can train them, else fewer or flat; ``pq``: (m, bits)."""
     check_storage(storage, pq_m=pq[0], pq_bits=pq[1])
     if n < flat_below:
         return IndexPlan("flat", 0, f"{n} vectors < {flat_below}: exact search, float32")
@@ -194,35 +173,24 @@ def plan_index(
         return IndexPlan(
             "flat", 0, f"{n} vectors: too few to train {2 ** pq[1]}-code PQ codebooks, exact search"
         )
+    why = f" to keep >= {MIN_POINTS_PER_LIST} points/list"
     if storage == "binary" and (fewer := binary_nlist(n)) < fitted:
-        fitted = fewer
-        reason = (
-            f"nlist lowered {nlist} -> {fitted}, about sqrt(n): binary lists scan fast, the centroids do not"
-        )
-        return IndexPlan("ivf", fitted, reason, storage, *pq)
-    if fitted < nlist:
-        reason = f"nlist lowered {nlist} -> {fitted} to keep >= {MIN_POINTS_PER_LIST} points/list"
-        return IndexPlan("ivf", fitted, reason, storage, *pq)
-    return IndexPlan("ivf", nlist, "as requested", storage, *pq)
+        fitted, why = fewer, ", about sqrt(n): binary lists scan fast, the centroids do not"
+    reason = f"nlist lowered {nlist} -> {fitted}{why}" if fitted < nlist else "as requested"
+    return IndexPlan("ivf", fitted, reason, storage, *pq)
 
 
 def new_ivf(dim: int, nlist: int, storage: str = "float32", pq: tuple[int, int] = (16, 8)) -> faiss.Index:
-    """An untrained inner-product IVF. ``sq8`` stores each dimension (of the residual to the list's
-    centroid) in one byte, 4x less memory than float32. Its per-dimension ranges are learnt in
-    ``train``; values of later vectors outside them are clipped (docs/decisions.md, 19). ``pq``
-    stores m codes of the residual, ``binary`` sign bits (``binary_lists``): both rank only
-    roughly and are rescored (index/rescore.py)."""
+    """An untrained inner-product IVF: ``sq8`` a byte per dimension of the residual (later values
+    clipped, docs/decisions.md, 19), ``pq`` m codes of it, ``binary`` sign bits (both rescored)."""
     if storage == "binary":
         return binary_lists(dim, nlist)
-    quantizer = faiss.IndexFlatIP(dim)
+    quantizer, metric = faiss.IndexFlatIP(dim), faiss.METRIC_INNER_PRODUCT
     if storage == "pq":
-        m, bits = pq
-        return faiss.IndexIVFPQ(quantizer, dim, nlist, m, bits, faiss.METRIC_INNER_PRODUCT)
+        return faiss.IndexIVFPQ(quantizer, dim, nlist, *pq, metric)
     if storage == "sq8":
-        return faiss.IndexIVFScalarQuantizer(
-            quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
-        )
-    return faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        return faiss.IndexIVFScalarQuantizer(quantizer, dim, nlist, faiss.ScalarQuantizer.QT_8bit, metric)
+    return faiss.IndexIVFFlat(quantizer, dim, nlist, metric)
 
 
 def build_index(
@@ -240,15 +208,28 @@ def build_index(
     return index
 
 
+def ids_of(index: faiss.Index) -> np.ndarray:
+    """The ids an index holds (IVF lists or an IDMap), without decoding any vector."""
+    if isinstance(index, faiss.IndexIVF | faiss.IndexBinaryIVF):
+        lists = index.invlists
+        parts = [np.zeros(0, dtype=np.int64)]
+        for number in range(index.nlist):
+            size = lists.list_size(number)
+            if size:
+                pointer = lists.get_ids(number)
+                parts.append(faiss.rev_swig_ptr(pointer, size).copy())
+                lists.release_ids(number, pointer)
+        return np.concatenate(parts)
+    mapped = faiss.downcast_index(index)
+    return faiss.vector_to_array(mapped.id_map).astype(np.int64)
+
+
 def held_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, vectors) of every entry of a flat (IDMap2) or IVF index; from sq8 lists the vectors
-    come back decoded (one byte per dimension). Not for binary lists: their vectors are the
-    rescoring file's (index/rescore.py)."""
+    """(ids, vectors) of a flat (IDMap2) or IVF index (sq8: decoded); not for binary lists."""
     if has_binary_lists(index):
         raise UserError("binary lists hold sign bits only: read the vectors from the rescoring file")
+    ids = ids_of(index)
     if isinstance(index, faiss.IndexIVF):
-        lists = [get_invlist(index.invlists, i)[0] for i in range(index.nlist)]
-        ids = np.concatenate([np.zeros(0, dtype=np.int64), *lists])
         # Reconstruct by id (ours are not 0..n-1, so a hash table), then drop the map again.
         index.set_direct_map_type(faiss.DirectMap.Hashtable)
         try:
@@ -257,7 +238,6 @@ def held_vectors(index: faiss.Index) -> tuple[np.ndarray, np.ndarray]:
             index.set_direct_map_type(faiss.DirectMap.NoMap)
         return ids, vectors
     mapped = faiss.downcast_index(index)  # a view: ``index`` must stay referenced (it owns the C++ object)
-    ids = faiss.vector_to_array(mapped.id_map).astype(np.int64)
     return ids, faiss.downcast_index(mapped.index).reconstruct_n(0, mapped.ntotal)
 
 
@@ -277,42 +257,28 @@ def remove(index: faiss.Index, ids: list[int]) -> int:
 
 
 def set_nprobe(index: faiss.Index, nprobe: int) -> None:
-    if isinstance(index, faiss.IndexBinaryIVF):
+    if is_ivf(index):  # a flat index has nothing to probe
         index.nprobe = nprobe
-        return
-    try:
-        faiss.extract_index_ivf(index).nprobe = nprobe
-    except RuntimeError:  # flat index: nothing to probe
-        return
 
 
 def search(
     index: faiss.Index, queries: np.ndarray, k: int, nprobe: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids), each (n_queries, k); missing neighbours have id -1. Binary lists score
-    1 - 2 * Hamming distance / d, the cosine of the sign vectors' angle estimate."""
+    """(scores, ids), -1 for a missing neighbour; binary lists score 1 - 2 * Hamming distance / d."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     if countable(index):
         distances, ids = hamming_search(index, queries, k, index.nprobe if nprobe is None else nprobe)
     else:
         params = faiss.SearchParametersIVF(nprobe=nprobe) if nprobe is not None and is_ivf(index) else None
-        if is_binary(index):
-            count_coarse_hamming(index)
+        # An older binary IVF's lists, by counting, not a heap (decision 36); a flag Faiss does not save.
+        if isinstance(index, faiss.IndexBinaryIVF):
+            quantizer = faiss.downcast_IndexBinary(index.quantizer)
+            if isinstance(quantizer, faiss.IndexBinaryFlat):
+                quantizer.use_heap = False
         distances, ids = index.search(signs(queries) if is_binary(index) else queries, k, params=params)
     if has_binary_lists(index):
         return (1.0 - 2.0 * distances / index.d).astype(np.float32), ids
     return distances, ids
-
-
-def count_coarse_hamming(index: faiss.IndexBinary) -> None:
-    """Let a binary IVF pick its nearest lists by counting Hamming distances (0..d) instead of
-    keeping a heap: the same lists, 1.5-1.7x faster over 1,024 centroids (docs/decisions.md, 36).
-    Faiss does not store the flag in the file, so every search sets it. Only the coarse step of these
-    older files; today's binary lists count in their scan too (index/binary_scan.py)."""
-    if isinstance(index, faiss.IndexBinaryIVF):
-        quantizer = faiss.downcast_IndexBinary(index.quantizer)
-        if isinstance(quantizer, faiss.IndexBinaryFlat):
-            quantizer.use_heap = False
 
 
 def save_index(index: faiss.Index, path: Path) -> None:
@@ -332,8 +298,7 @@ def save_index(index: faiss.Index, path: Path) -> None:
 
 @contextmanager
 def c_stdout_to_stderr() -> Iterator[None]:
-    """Send what Faiss's C++ code prints to stdout (on-disk lists report their file moves and
-    sizes with printf) to stderr, keeping stdout for the CLI's own output."""
+    """Send what Faiss's C++ code prints to stdout to stderr: stdout is the CLI's output."""
     libc = ctypes.CDLL(None)
     sys.stdout.flush()
     saved = os.dup(1)
@@ -347,8 +312,7 @@ def c_stdout_to_stderr() -> Iterator[None]:
 
 
 def load_index(path: Path, nprobe: int) -> faiss.Index:
-    """Read an index; IVF lists kept on disk (``index build --on-disk``) are memory-mapped from the
-    ``.ivfdata`` file beside it, whatever directory it was built in."""
+    """Read an index; lists kept on disk (``--on-disk``) are mapped from the ``.ivfdata`` beside it."""
     with open(path, "rb") as handle:
         binary = handle.read(len(BINARY_MAGIC)) == BINARY_MAGIC
     with c_stdout_to_stderr():

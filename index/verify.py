@@ -9,24 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from distilembed.artifacts import read_manifest, sha256_file
+from distilembed.artifacts import sha256_file
 from distilembed.errors import BusyError, UserError
-from index.integrity import INDEX_FILE, STORE_FILE, has_records, ids_of, match_record
+from index.integrity import INDEX_FILE, STORE_FILE, has_records, match_record, read_index_manifest
 from index.live import LiveIndex
 from index.snapshot import SNAPSHOT_KIND, check_snapshot
+from index.vectors import ids_of
 
 VERIFY_RETRIES = 100  # a full check of an index another process writes retries until no write lands
 
 
 def verify_index(directory: Path) -> dict[str, Any]:
-    """The full check of an index directory (each shard of a sharded one; a snapshot's files):
-    every recorded sha256, SQLite's integrity_check, and that the Faiss index holds exactly the
-    stored documents' ids once the change log is replayed. Returns what was checked; UserError
-    names the first problem."""
+    """The full check of an index (each shard; a snapshot's files); UserError names the first problem."""
     start, where = time.perf_counter(), f"index {directory}"
-    if not (directory / "manifest.json").is_file():
-        raise UserError(f"not an index directory (no manifest.json): {directory}")
-    manifest = read_manifest(directory)
+    manifest = read_index_manifest(directory, kinds=("index", "index_shards", SNAPSHOT_KIND))
     if manifest.get("kind") == "index_shards":
         shards = [verify_index(directory / name) for name in manifest["shards"]]
         return {"index": str(directory), "sound": True, "shards": shards}
@@ -40,9 +36,8 @@ def verify_index(directory: Path) -> dict[str, Any]:
             files[INDEX_FILE] = "sha256 ok"
             for name, entry in live.manifest["files"].items():
                 if name != INDEX_FILE and "sha256" in entry:
-                    match_record(
-                        where, name, entry, (directory / name).stat().st_size, sha256_file(directory / name)
-                    )
+                    path = directory / name
+                    match_record(where, name, entry, path.stat().st_size, sha256_file(path))
                     files[name] = "sha256 ok"
         problems = live.store.check(full=True)
         if problems:
@@ -51,20 +46,14 @@ def verify_index(directory: Path) -> dict[str, Any]:
         counts = _compare_ids(where, live)
     finally:
         live.close(checkpoint=False)
-    checksums = (
-        "recorded" if INDEX_FILE in files else "none (written before they were kept; a checkpoint adds them)"
-    )
-    return (
-        {"index": str(directory), "sound": True, "checksums": checksums, "files": files}
-        | counts
-        | {"seconds": round(time.perf_counter() - start, 3)}
-    )
+    unchecked = "none (written before they were kept; a checkpoint adds them)"
+    checksums = "recorded" if INDEX_FILE in files else unchecked
+    result = {"index": str(directory), "sound": True, "checksums": checksums, "files": files} | counts
+    return result | {"seconds": round(time.perf_counter() - start, 3)}
 
 
 def _compare_ids(where: str, live: LiveIndex) -> dict[str, Any]:
-    """Faiss ids against the stored documents' ids, both as of one SQLite state: the index is
-    brought up to the log, then the documents read, and the pair kept only if no other
-    connection committed in between (``PRAGMA data_version``)."""
+    """Faiss ids against the stored documents' ids, both as of one SQLite state (``data_version``)."""
     db = live.store.db
     for _ in range(VERIFY_RETRIES):
         before = db.execute("PRAGMA data_version").fetchone()[0]

@@ -8,29 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
-from fastapi import APIRouter, FastAPI, Security, params
+from fastapi import APIRouter, FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
 
 from distilembed.artifacts import tool_versions
 from distilembed.errors import UserError
 from index.searcher import IndexLike
-from service import errors, openapi
+from service import errors, middleware, openapi, routes_embed, routes_index, routes_ops
 from service.auth import Access, AccessMiddleware, AccessTable, KeyRing, require_read, require_write
 from service.batcher import Batcher, EncoderLike
-from service.metrics import Metrics, directory_size
-from service.middleware import InternalErrorMiddleware, ObservabilityMiddleware, PayloadLimitMiddleware
-from service.routes_embed import router as embed_router
-from service.routes_fields import read_router as fields_read_router
-from service.routes_fields import write_router as fields_write_router
-from service.routes_index import read_router as index_read_router
-from service.routes_index import write_router as index_write_router
-from service.routes_ops import info_router, metrics_router
-from service.routes_ops import router as ops_router
 from service.settings import Settings
 from service.state import ServiceState, bundle_path
 
@@ -38,23 +29,16 @@ log = logging.getLogger("distilembed.service")
 VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "fastapi", "uvicorn")
 
 
-class RouterOptions(TypedDict, total=False):
-    """The ``include_router`` keywords a router's key check adds."""
-
-    dependencies: Sequence[params.Depends]
-    responses: dict[int | str, dict[str, Any]]
-
-
-def load_encoder(settings: Settings) -> EncoderLike:
+def load_encoder(s: Settings) -> EncoderLike:
     from export.runtime import Encoder
 
     return Encoder(
-        settings.bundle,
-        variant=settings.variant,
-        threads=settings.threads,
-        batch_size=settings.run_batch,
-        spin_wait=settings.spin_wait,
+        s.bundle, variant=s.variant, threads=s.threads, batch_size=s.run_batch, spin_wait=s.spin_wait
     )
+
+
+def directory_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
 def bundle_sha256(bundle: Path) -> str | None:
@@ -85,12 +69,6 @@ def load_index(settings: Settings, dim: int, bundle_sha: str | None) -> IndexLik
     return open_index(settings.index_dir, dim, bundle_sha, settings.nprobe, rescore_k=settings.rescore_k)
 
 
-def warmup_texts(encoder: EncoderLike, rows: int) -> list[list[str]]:
-    """A short text alone, then a full batch of longest texts (sizes onnxruntime's buffers once)."""
-    longest = " ".join(["warm"] * (2 * encoder.max_seq_len))
-    return [["warm up"], [longest] * rows]
-
-
 async def _startup(state: ServiceState) -> None:
     s = state.settings
     if state.encoder is None:
@@ -108,25 +86,22 @@ async def _startup(state: ServiceState) -> None:
     state.model = s.model_name or bundle.resolve().name
     state.versions = tool_versions(*VERSIONED)
     if index is not None:
-        state.metrics.track_index(lambda: index.ntotal)
+        state.metrics.index_vectors.set_function(lambda: float(index.ntotal))
     batcher = Batcher(encoder, s.max_batch, s.max_wait_ms, s.max_queue, state.metrics, run_batch=s.run_batch)
     batcher.start()
     state.batcher = batcher
     if s.warmup:
-        # One model run of longest texts sizes onnxruntime's buffers; a call is cut into such runs.
-        for texts in warmup_texts(encoder, min(s.max_batch, s.run_batch)):
+        # A short text, then one model run (run_batch rows at most) of longest texts: it sizes the buffers
+        longest = " ".join(["warm"] * (2 * encoder.max_seq_len))
+        for texts in (["warm up"], [longest] * min(s.max_batch, s.run_batch)):
             warm = await batcher.embed(texts)
         if index is not None and index.ntotal:
             await asyncio.to_thread(index.search, warm.vectors[:1], 1)
     state.ready = True
     state.metrics.ready.set(1)
-    log.info(
-        "ready: model %s (%d-d, %s), index %s",
-        state.model,
-        encoder.dim,
-        getattr(encoder, "variant", s.variant),
-        f"{index.kind} with {index.ntotal} vectors" if index is not None else "none",
-    )
+    held = f"{index.kind} with {index.ntotal} vectors" if index is not None else "none"
+    variant = getattr(encoder, "variant", s.variant)
+    log.info("ready: model %s (%d-d, %s), index %s", state.model, encoder.dim, variant, held)
 
 
 async def _shutdown(state: ServiceState) -> None:
@@ -146,12 +121,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServiceState = app.state.service
     try:
         await _startup(state)
-    except BaseException:
-        await _shutdown(state)
-        raise
-    try:
         yield
-    finally:
+    finally:  # a failed start is shut down too
         await _shutdown(state)
 
 
@@ -160,51 +131,43 @@ def create_app(
 ) -> FastAPI:
     """Build the app; a given ``encoder``/``index`` is used instead of loading one (the app closes it)."""
     settings = settings or Settings()
-    metrics = Metrics()
+    metrics = middleware.Metrics()
     app = FastAPI(
         title="distilembed",
         summary="Compact sentence embeddings: embed, similarity and search on a CPU.",
         version=tool_versions("distilembed").get("distilembed", "0"),
         lifespan=lifespan,
     )
-    state = ServiceState(settings=settings, metrics=metrics, encoder=encoder, index=index)
-    app.state.service = state
+    app.state.service = ServiceState(settings=settings, metrics=metrics, encoder=encoder, index=index)
     errors.install(app)
     served = [settings.bundle, *(d for d in (settings.index_dir, settings.snapshots) if d is not None)]
     app.state.scrub = errors.PathScrubber(served)
-    # The key checks (AccessMiddleware, and the dependencies that document them) exist only when keys
-    # are set: FastAPI resolves dependencies on every request, the hot routes should not pay for a
-    # check that cannot fail, and the OpenAPI document should not promise a 401 that never comes.
+    # Key checks only when keys are set: the hot routes should not resolve, on every request, a check
+    # that cannot fail, nor the OpenAPI document promise a 401 that never comes.
     app.state.keys = keys = KeyRing.from_settings(settings)
-    read: RouterOptions = {"dependencies": [Security(require_read)], "responses": errors.documented(401)}
-    write: RouterOptions = {
-        "dependencies": [Security(require_write)],
-        "responses": errors.documented(401, 403),
-    }
-    if not keys.enabled:
-        read = write = {}
-    options: dict[Access | None, RouterOptions] = {"read": read, "write": write, None: {}}
+    options: dict[Access | None, dict[str, Any]] = {None: {}, "read": {}, "write": {}}
+    if keys.enabled:
+        options["read"] = {"dependencies": [Security(require_read)], "responses": errors.documented(401)}
+        write = {"dependencies": [Security(require_write)], "responses": errors.documented(401, 403)}
+        options["write"] = write
     metrics_access: Access | None = "read" if settings.metrics_require_key else None
     needs: list[tuple[APIRouter, Access | None]] = [
-        (ops_router, None),
-        (info_router, "read"),
-        (metrics_router, metrics_access),
-        (embed_router, "read"),
-        (index_read_router, "read"),
-        (index_write_router, "write"),
-        (fields_read_router, "read"),
-        (fields_write_router, "write"),
+        (routes_ops.router, None),
+        (routes_ops.info_router, "read"),
+        (routes_ops.metrics_router, metrics_access),
+        (routes_embed.router, "read"),
+        (routes_index.read_router, "read"),
+        (routes_index.write_router, "write"),
     ]
     for router, access in needs:
         app.include_router(router, **options[access])
-    openapi.install(app, settings, lambda: state.encoder.dim if state.encoder is not None else None)
-    # Outermost last: observability, CORS, the 500 guard, the key check, then the body limit (the key
-    # check comes before anything reads the body).
-    app.add_middleware(PayloadLimitMiddleware, limit=settings.max_payload_bytes)
+    openapi.install(app, settings)
+    # Outermost last: observability, CORS, the 500 guard, the key check (before the body is read), body limit.
+    app.add_middleware(middleware.PayloadLimitMiddleware, limit=settings.max_payload_bytes)
     if keys.enabled:
         table = AccessTable((r, a) for router, a in needs if a is not None for r in router.routes)
         app.add_middleware(AccessMiddleware, keys=keys, table=table)
-    app.add_middleware(InternalErrorMiddleware, metrics=metrics)
+    app.add_middleware(middleware.InternalErrorMiddleware, metrics=metrics)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -214,5 +177,5 @@ def create_app(
             expose_headers=["X-Took-Ms", "Retry-After"],
         )
     routes = [r for router, _ in needs for r in router.routes]
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, routes=routes)
+    app.add_middleware(middleware.ObservabilityMiddleware, metrics=metrics, routes=routes)
     return app

@@ -1,16 +1,12 @@
-"""Access control: read keys (embed, similarity, search, GET documents, info, optionally metrics) and
-write keys (upsert, delete, retrain, snapshot). A write key also reads. Each is a list, so a key is
-rotated by adding the new one, moving clients over, then removing the old one, with no restart of
-clients in between. ``/health`` and ``/ready`` stay open for probes.
+"""Access control (docs/decisions.md, 25): read keys (embed, similarity, search, count, GET documents,
+info, optionally metrics) and write keys (upsert, delete, retrain, snapshot, field indexes), which
+read too. Lists, so a key rotates with no restart. ``/health`` and ``/ready`` stay open for probes.
 
-The check runs twice over: as pure ASGI (``AccessMiddleware``), before the body is read, and as the
-routes' ``Security`` dependencies, which put both schemes in the OpenAPI document and pass at once
-what the first check let through (FastAPI reads and parses a body before it runs dependencies: on
-their own, they let an anonymous client make the server read and parse up to the body limit).
-
-Keys are compared as SHA-256 digests with ``hmac.compare_digest`` against every configured key (no
-early exit), so neither a key's length nor its position in the list shows in the timing. Keys are
-``SecretStr`` in the settings: they never appear in logs, reprs or error messages.
+The check runs twice: as pure ASGI (``AccessMiddleware``), before the body is read, and as the routes'
+``Security`` dependencies, which put both schemes in the OpenAPI document and pass at once what the
+first let through (alone, they would let an anonymous client make the server parse a body: FastAPI
+parses it before it runs dependencies). Keys are compared as SHA-256 digests against every key, no
+early exit, so timing shows neither length nor position; as ``SecretStr`` they stay out of logs.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Annotated, Literal
 
 from fastapi import Request, Security
@@ -67,8 +63,7 @@ class KeyRing:
         return found
 
     def check(self, given: str | None, access: Access) -> None:
-        """Nothing if ``given`` grants ``access``; 401 for no key or an unknown one, 403 for a read
-        key on a write route."""
+        """401 for no key or an unknown one, 403 for a read key on a write route."""
         if not self.enabled:
             return
         digest = _digest(given or "")
@@ -92,21 +87,18 @@ def presented(headers: Mapping[str, str]) -> list[str]:
 
 
 def check_headers(keys: KeyRing, headers: Mapping[str, str], access: Access) -> None:
-    given: Sequence[str | None] = presented(headers) or [None]  # None: no key
+    given: list[str | None] = [*presented(headers)] or [None]  # None: no key
     for key in given:
         keys.check(key, access)
 
 
 def check_request(request: Request, access: Access) -> None:
-    granted = request.scope.get("state", {}).get(GRANTED)
-    if granted in (access, "write"):
-        return
-    check_headers(request.app.state.keys, request.headers, access)
+    if request.scope.get("state", {}).get(GRANTED) not in (access, "write"):
+        check_headers(request.app.state.keys, request.headers, access)
 
 
 class AccessTable:
-    """The access each route needs, by method and path: a dict lookup for fixed paths (every hot
-    route); only a path that is not one of them is matched against the few with parameters."""
+    """The access each route needs: a dict lookup for fixed paths (every hot route), else a match."""
 
     def __init__(self, routes: Iterable[tuple[BaseRoute, Access]]) -> None:
         self.fixed: dict[tuple[str, str], Access] = {}
@@ -146,18 +138,17 @@ class AccessMiddleware:
         await self.app(scope, receive, send)
 
 
-# The Security parameters put both schemes in the OpenAPI document; the headers are read whole.
-async def require_read(
-    request: Request,
-    _bearer_doc: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
-    _header_doc: Annotated[str | None, Security(_header)],
-) -> None:
-    check_request(request, "read")
+def _requirement(access: Access) -> Callable[..., Awaitable[None]]:
+    # The Security parameters put both schemes in the OpenAPI document; the headers are read whole.
+    async def require(
+        request: Request,
+        _bearer_doc: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+        _header_doc: Annotated[str | None, Security(_header)],
+    ) -> None:
+        check_request(request, access)
+
+    return require
 
 
-async def require_write(
-    request: Request,
-    _bearer_doc: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
-    _header_doc: Annotated[str | None, Security(_header)],
-) -> None:
-    check_request(request, "write")
+require_read = _requirement("read")
+require_write = _requirement("write")

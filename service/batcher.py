@@ -1,12 +1,11 @@
 """Dynamic micro-batching: concurrent requests share encoder calls made by one worker thread.
 
 * The queue is bounded in texts (``max_queue``); a request that does not fit is refused (429).
-* The worker takes up to ``max_batch`` texts round-robin over the waiting requests, so a request with
-  many texts is split into chunks and a small request waits for at most one chunk of it.
-* Fast path: a worker that was idle runs what it finds at once. It waits for a batch to fill (up to
-  ``max_wait_ms`` after the oldest waiting text arrived) only under concurrent load: coming from a
-  batch that served several requests, or finding several requests queued. A single client that
-  sends its next request as soon as it has an answer therefore never waits.
+* The worker takes up to ``max_batch`` texts round-robin over the waiting requests: a request with
+  many texts is split into chunks, and a small one waits for at most one chunk of it.
+* A worker that was idle runs what it finds at once; it waits for a batch to fill (up to
+  ``max_wait_ms`` after the oldest waiting text arrived) only under concurrent load (its last batch
+  served several requests, or several are queued): a lone client never waits.
 """
 
 from __future__ import annotations
@@ -19,11 +18,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from service.metrics import Metrics
+from service.middleware import Metrics
 
 
 class EncoderLike(Protocol):
@@ -69,15 +68,6 @@ class _Request:
     def remaining(self) -> int:
         return len(self.texts) - self.taken
 
-    def apply(self, result: Embedded | BaseException) -> None:
-        """Resolve the future; runs in the request's event loop."""
-        if self.future.done():
-            return
-        if isinstance(result, BaseException):
-            self.future.set_exception(result)
-        else:
-            self.future.set_result(result)
-
     def store(self, start: int, vectors: np.ndarray, tokens: list[int]) -> Embedded | None:
         """Keep a slice's vectors; the request's result once it has all of them."""
         if self.dead:
@@ -92,15 +82,21 @@ class _Request:
 
 
 def _fail(requests: list[_Request], exc: BaseException) -> None:
-    """Fail every request (the rest of their texts are dropped), one wake-up per event loop."""
+    """Fail every request (the rest of their texts are dropped)."""
     for request in requests:
         request.dead = True
     _settle([(request, exc) for request in requests])
 
 
 def _apply_all(settled: list[tuple[_Request, Embedded | BaseException]]) -> None:
+    """Resolve the futures (in their event loop)."""
     for request, result in settled:
-        request.apply(result)
+        if request.future.done():
+            continue
+        if isinstance(result, BaseException):
+            request.future.set_exception(result)
+        else:
+            request.future.set_result(result)
 
 
 def _settle(settled: list[tuple[_Request, Embedded | BaseException]]) -> None:
@@ -113,8 +109,7 @@ def _settle(settled: list[tuple[_Request, Embedded | BaseException]]) -> None:
             loop.call_soon_threadsafe(_apply_all, items)
 
 
-@dataclass(frozen=True)
-class _Slice:
+class _Slice(NamedTuple):
     request: _Request
     start: int
     stop: int
@@ -134,17 +129,14 @@ class Batcher:
         """``run_batch``: rows per model run; a call of more texts is sorted by length and split into
         runs of this size, so one long text does not pad the whole call (default: one run)."""
         self.encoder, self.max_batch, self.max_queue = encoder, max_batch, max_queue
-        self.run_batch = run_batch
-        self.max_wait = max_wait_ms / 1000
-        self.metrics = metrics
+        self.run_batch, self.max_wait = run_batch, max_wait_ms / 1000
+        self.metrics = metrics or Metrics()  # a registry of its own when none is given
         self._cond = threading.Condition()
         self._pending: deque[_Request] = deque()
         self._queued = 0
         self._closed = False
         self._batch_seconds = 0.01  # moving average, for Retry-After
-        self._listeners: list[Callable[[int], None]] = []
-        if metrics is not None:
-            self._listeners.append(metrics.queue_depth.set)
+        self._listeners: list[Callable[[int], None]] = [self.metrics.queue_depth.set]
         self._thread = threading.Thread(target=self._run, name="distilembed-encoder", daemon=True)
 
     @property
@@ -171,8 +163,7 @@ class Batcher:
             if self._closed:
                 raise BatcherClosedError("the encoder is shutting down")
             if self._queued + len(texts) > self.max_queue:
-                if self.metrics is not None:
-                    self.metrics.queue_rejected.inc()
+                self.metrics.queue_rejected.inc()
                 raise QueueFullError(self.retry_after())
             self._pending.append(request)
             self._queued += len(texts)
@@ -228,8 +219,11 @@ class Batcher:
                         self._cond.wait(left)
                 slices = self._take()
                 idle, last_requests = False, len(slices)
-            if slices:
-                self._process(slices)
+            try:
+                if slices:
+                    self._encode(slices)
+            except Exception as exc:  # the waiting requests re-raise it; the worker lives on
+                _fail([s.request for s in slices], exc)
 
     def _take(self) -> list[_Slice]:
         out: list[_Slice] = []
@@ -249,18 +243,11 @@ class Batcher:
         self._changed()
         return out
 
-    def _process(self, slices: list[_Slice]) -> None:
-        try:
-            self._encode(slices)
-        except Exception as exc:  # handed to the waiting requests (they re-raise it); the worker lives on
-            _fail([s.request for s in slices], exc)
-
     def _encode(self, slices: list[_Slice]) -> None:
         texts = [t for s in slices for t in s.request.texts[s.start : s.stop]]
         start = time.perf_counter()
-        if self.metrics is not None:
-            for s in slices:
-                self.metrics.queue_duration.observe(start - s.request.enqueued)
+        for s in slices:
+            self.metrics.queue_duration.observe(start - s.request.enqueued)
         ids = self.encoder.tokenize(texts)
         tokenized = time.perf_counter()
         vectors = self.encoder.encode_ids(ids, batch_size=self.run_batch or len(ids))
@@ -268,18 +255,14 @@ class Batcher:
             raise RuntimeError(f"the encoder returned {vectors.shape[0]} vectors for {len(texts)} texts")
         end = time.perf_counter()
         self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * (end - start)
-        if self.metrics is not None:
-            self.metrics.tokenization_duration.observe(tokenized - start)
-            self.metrics.inference_duration.observe(end - tokenized)
-            self.metrics.batch_size.observe(len(texts))
-        offset = 0
+        self.metrics.tokenization_duration.observe(tokenized - start)
+        self.metrics.inference_duration.observe(end - tokenized)
+        self.metrics.batch_size.observe(len(texts))
         settled: list[tuple[_Request, Embedded | BaseException]] = []
+        offset = 0
         for s in slices:
-            n = s.stop - s.start
-            result = s.request.store(
-                s.start, vectors[offset : offset + n], [len(i) for i in ids[offset : offset + n]]
-            )
-            if result is not None:
+            rows = slice(offset, offset + s.stop - s.start)
+            offset = rows.stop
+            if (result := s.request.store(s.start, vectors[rows], [len(i) for i in ids[rows]])) is not None:
                 settled.append((s.request, result))
-            offset += n
         _settle(settled)

@@ -4,7 +4,7 @@ Ray Serve (service/ray_serve.py). Flags override ``DISTILEMBED_*``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -19,9 +19,7 @@ def serve_command(
         Path | None, Opt(help="Bundle directory (env DISTILEMBED_BUNDLE; default models/default).")
     ] = None,
     variant: Annotated[str | None, Opt(help="int8 | fp32 (env DISTILEMBED_VARIANT).")] = None,
-    index: Annotated[
-        Path | None, Opt("--index", help="Live index directory (env DISTILEMBED_INDEX_DIR).")
-    ] = None,
+    index_dir: Annotated[Path | None, Opt("--index", help="Live index (env DISTILEMBED_INDEX_DIR).")] = None,
     create_index: Annotated[
         bool | None,
         Opt("--create-index/--no-create-index", help="Create an empty --index if it does not exist."),
@@ -45,9 +43,7 @@ def serve_command(
     log_level: Annotated[str | None, Opt(help="critical|error|warning|info|debug.")] = None,
     access_log: Annotated[bool | None, Opt("--access-log/--no-access-log", help="Log every request.")] = None,
     engine: Annotated[str | None, Opt(help=ENGINE_HELP)] = None,
-    replicas: Annotated[
-        int | None, Opt(help="Ray: API replicas (env DISTILEMBED_REPLICAS; default 1).")
-    ] = None,
+    replicas: Annotated[int | None, Opt(help="Ray: replicas (env DISTILEMBED_REPLICAS; default 1).")] = None,
     autoscale_max: Annotated[
         int | None, Opt(help="Ray: autoscale from --replicas up to this many on requests in flight.")
     ] = None,
@@ -60,58 +56,24 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve embed / similarity / search over HTTP (FastAPI + uvicorn, no torch; or Ray Serve)."""
-    from service.settings import Settings
+    # first: locals() holds the parameters alone, each named as its setting
+    flags = {name: value for name, value in locals().items() if value is not None}
+    from distilembed.errors import UserError
+    from service.settings import load_settings
 
-    flags: dict[str, Any] = {
-        "bundle": bundle,
-        "variant": variant,
-        "index_dir": index,
-        "create_index": create_index,
-        "host": host,
-        "port": port,
-        "threads": threads,
-        "max_batch": max_batch,
-        "run_batch": run_batch,
-        "max_wait_ms": max_wait_ms,
-        "max_queue": max_queue,
-        "max_items": max_items,
-        "model_name": model_name,
-        "nprobe": nprobe,
-        "log_level": log_level,
-        "access_log": access_log,
-        "engine": engine,
-        "replicas": replicas,
-        "autoscale_max": autoscale_max,
-        "replica_cpus": replica_cpus,
-        "ray_address": ray_address,
-    }
-    settings = _settings(Settings, {k: v for k, v in flags.items() if v is not None})
+    settings = load_settings(flags)
     if settings.engine == "ray":
-        _ray_engine().run(settings)
+        try:
+            from service import ray_serve
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] != "ray":
+                raise
+            raise UserError("--engine ray needs Ray Serve: pip install 'distilembed[ray]'") from None
+        ray_serve.run(settings)
         return
     from service.server import run
 
     run(settings)
-
-
-def _ray_engine() -> Any:
-    """service.ray_serve, or one line saying how to install Ray."""
-    from distilembed.errors import UserError
-
-    try:
-        import service.ray_serve
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != "ray":
-            raise
-        raise UserError("--engine ray needs Ray Serve: pip install 'distilembed[ray]'") from None
-    return service.ray_serve
-
-
-def _settings(cls: Any, overrides: dict[str, Any]) -> Any:
-    """``service.settings_load.settings_from``, imported when a command runs (it needs the serve extra)."""
-    from service.settings_load import settings_from
-
-    return settings_from(cls, overrides)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,40 +1,34 @@
-"""Timers on every connection and a budget of connections, in our uvicorn protocol.
+"""Our uvicorn protocol: connection deadlines and a connection budget (docs/decisions.md, 61), over
+one socket write per response (decision 15).
 
-uvicorn runs no timer before a connection's first request is complete, and stops its keep-alive
-timer at the first byte of the next one, so a client that sends nothing, or trickles a request,
-holds its socket forever. Its ``limit_concurrency`` counts such idle sockets, so a few hundred of
-them turned every other client's request, ``/health`` included, into a plain-text 503. Here:
-
-- each phase of a connection has a deadline: the request head (``header_timeout_s``, from the
-  connection's opening, then from each later request's first byte), the body (``body_timeout_s``
-  from the end of the head), and the wait between requests (``keep_alive_s``). At a deadline the
-  connection is closed; a client that had begun a request first gets a JSON 408.
-- at ``max_connections`` a new connection closes the one idle longest (idle: waiting for the first
-  byte of a request); with none idle, the new one gets a JSON 503 and is closed.
-- beyond ``max_concurrency`` requests in flight a request gets a JSON 503 with ``Retry-After``, and
-  its connection stays open.
-
-One timer per connection serves every phase: a phase only moves its deadline, and the timer, which
-never sleeps past the shortest timeout, re-arms itself until the deadline passes. That keeps
-``call_later``/``cancel`` off the per-request path.
+uvicorn times nothing before a connection's first response, and its ``limit_concurrency`` counts idle
+sockets: a few hundred silent or trickling clients turned every request, ``/health`` included, into a
+plain-text 503. Here each phase has a deadline: the head (``header_timeout_s``, from the opening, then
+from each later request's first byte), the body (``body_timeout_s`` from the end of the head), the
+wait between requests (``keep_alive_s``); then the connection closes, after a JSON 408 if a request
+had begun. Past ``max_connections`` a new connection closes the one idle longest (none idle: it gets a
+JSON 503); past ``max_concurrency`` requests in flight a request gets a JSON 503 with ``Retry-After``.
+One timer per connection, never sleeping past the shortest timeout, serves every phase: a phase only
+moves the deadline, so nothing is scheduled or cancelled per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import logging
 import math
 from dataclasses import dataclass, field, fields
 from http import HTTPStatus
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.middleware import error_body
 from service.settings import Settings
-from service.write_coalescing import CoalescingHttpToolsProtocol
 
 log = logging.getLogger("distilembed.service")
 
@@ -48,13 +42,9 @@ class Phase(enum.Enum):
     HANDLING = "the app has the request; no deadline"
 
 
-def _error_body(message: str, kind: str) -> bytes:
-    return json.dumps(error_body(message, kind, 0.0)).encode()
-
-
 def _closing_response(status: int, message: str, kind: str, retry: bool = False) -> bytes:
     """A whole response written straight to the socket, outside any request cycle."""
-    body = _error_body(message, kind)
+    body = json.dumps(error_body(message, kind, 0.0)).encode()
     head = [
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
         "content-type: application/json",
@@ -63,6 +53,60 @@ def _closing_response(status: int, message: str, kind: str, retry: bool = False)
         "connection: close",
     ]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+class CoalescingTransport:
+    """Forwards everything to ``transport``, but joins the writes made within one event-loop callback
+    and sends them when it ends, before the next poll: uvicorn writes a response's head and body
+    apart, and two sends (and wake-ups of the client) were a third of the loop's time (py-spy)."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport, self._loop = transport, loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, chunks: list[bytes]) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+    """Pass as ``uvicorn.Config(http=...)``."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
 
 
 @dataclass(eq=False)
@@ -83,26 +127,16 @@ class ConnectionBudget:
         self.refusal = _closing_response(
             503, f"{self.max_connections} connections are open and none is idle; retry", "unavailable", True
         )
-        self.head_timeout = _closing_response(
-            408, f"the request head took longer than {self.header_timeout_s:g} s", "request_timeout"
+        self.head_timeout, self.body_timeout = (
+            _closing_response(408, f"the request {part} took longer than {limit:g} s", "request_timeout")
+            for part, limit in (("head", self.header_timeout_s), ("body", self.body_timeout_s))
         )
-        self.body_timeout = _closing_response(
-            408, f"the request body took longer than {self.body_timeout_s:g} s", "request_timeout"
-        )
-        self._overloaded_body = _error_body(
-            f"more than {self.max_concurrency} requests in flight; retry after Retry-After", "unavailable"
-        )
+        overloaded = f"more than {self.max_concurrency} requests in flight; retry after Retry-After"
+        self._overloaded_body = json.dumps(error_body(overloaded, "unavailable", 0.0)).encode()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConnectionBudget:
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls) if f.init})
-
-    def evict_idle(self) -> bool:
-        """Close the connection idle longest; False if none is idle."""
-        if not self.idle:
-            return False
-        next(iter(self.idle)).close_now()
-        return True
 
     async def overloaded(self, _scope: Scope, _receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         """The answer to a request over ``max_concurrency``: the connection stays open."""
@@ -127,10 +161,12 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         budget = self.budget
-        if budget.open >= budget.max_connections and not budget.evict_idle():
-            self.transport.write(budget.refusal)
-            self.transport.close()
-            return
+        if budget.open >= budget.max_connections:
+            if not budget.idle:
+                self.transport.write(budget.refusal)
+                self.transport.close()
+                return
+            next(iter(budget.idle)).close_now()  # the one idle longest
         budget.open += 1
         self._counted = True
         now = self.loop.time()
@@ -219,13 +255,12 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
             self.budget.open -= 1
 
 
-def protocol_for(budget: ConnectionBudget) -> type[GuardedHttpToolsProtocol]:
-    """A protocol class bound to ``budget``, for ``uvicorn.Config(http=...)`` (which takes a class)."""
+def protocol_for(shared: ConnectionBudget) -> type[GuardedHttpToolsProtocol]:
+    """A protocol class bound to ``shared``, for ``uvicorn.Config(http=...)`` (which takes a class)."""
 
     class Bound(GuardedHttpToolsProtocol):
-        pass
+        budget = shared
 
-    Bound.budget = budget
     return Bound
 
 
@@ -237,11 +272,9 @@ def raise_open_file_limit(wanted: int) -> None:
     except ImportError:  # not on this platform
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
+    with contextlib.suppress(ValueError, OSError):  # macOS refuses an unlimited hard limit: keep the soft one
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         soft = hard
-    except (ValueError, OSError):  # macOS refuses an unlimited hard limit; keep the soft one
-        pass
     if soft != resource.RLIM_INFINITY and soft < wanted:
         log.warning(
             "the open-file limit is %d, below max_connections plus the service's own files (%d): "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from starlette.types import Scope
 
 from distilembed.errors import BusyError, TooLargeError, UserError
 from service.middleware import elapsed_ms, error_json
@@ -40,12 +39,6 @@ def took_ms(request: Request) -> float:
     return elapsed_ms(request.scope)
 
 
-def error_response(
-    request: Request, status: int, message: str, kind: str, headers: Mapping[str, str] | None = None
-) -> JSONResponse:
-    return error_json(request.scope, status, message, kind, headers)
-
-
 def describe_errors(errors: Sequence[Any], whole: str = "body", most: int = 5) -> str:
     """Pydantic's errors as one line: ``where: what`` for the first ``most`` (``whole`` where the
     error is about the input as a whole), for HTTP 422 bodies and the CLI's bad settings alike."""
@@ -63,7 +56,7 @@ def describe_errors(errors: Sequence[Any], whole: str = "body", most: int = 5) -
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(request, exc.status, exc.message, exc.kind, exc.headers)
+    return error_json(request.scope, exc.status, exc.message, exc.kind, exc.headers)
 
 
 NOT_JSON = "the request body is not valid JSON"
@@ -74,46 +67,38 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
     if any(e.get("type") == "json_invalid" for e in errors):
-        return error_response(request, 400, NOT_JSON, "invalid_json")
-    return error_response(request, 422, describe_errors(errors), "validation_error")
+        return error_json(request.scope, 400, NOT_JSON, "invalid_json")
+    return error_json(request.scope, 422, describe_errors(errors), "validation_error")
 
 
 def allowed_methods(request: Request) -> str:
-    """Every method some route serves at this path (Starlette's 405 names only the first route's)."""
+    """Every method some route serves at this path (Starlette's 405 names only the first route's).
+    FastAPI >= 0.165 keeps an included router's routes behind one entry with no ``methods``."""
     methods: set[str] = set()
     for route in request.app.router.routes:
-        methods |= _route_methods(route, request.scope)
+        if getattr(route, "methods", None):
+            if route.matches(request.scope)[0] != Match.NONE:
+                methods |= set(route.methods)
+            continue
+        contexts = getattr(route, "effective_route_contexts", ())
+        for context in contexts() if callable(contexts) else contexts:
+            if context.path_regex.match(request.scope["path"]):
+                methods |= set(context.methods or ())
     return ", ".join(sorted(methods))
-
-
-def _route_methods(route: Any, scope: Scope) -> set[str]:
-    """The methods of a plain route that matches the path, or of the routes of an included router
-    (FastAPI >= 0.165 keeps those behind one ``_IncludedRouter`` entry with no ``methods``)."""
-    if getattr(route, "methods", None):
-        match, _ = route.matches(scope)
-        return set(route.methods) if match != Match.NONE else set()
-    contexts = getattr(route, "effective_route_contexts", None)
-    if contexts is None:
-        return set()
-    found: set[str] = set()
-    for context in contexts() if callable(contexts) else contexts:
-        if context.path_regex.match(scope["path"]):
-            found |= set(context.methods or ())
-    return found
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400:  # FastAPI's answer to a body it could not decode
         if isinstance(exc.__cause__, RecursionError):  # valid JSON, but past the parser's depth
-            return error_response(request, 422, TOO_DEEP, "validation_error")
-        return error_response(request, 400, NOT_JSON, "invalid_json")
+            return error_json(request.scope, 422, TOO_DEEP, "validation_error")
+        return error_json(request.scope, 400, NOT_JSON, "invalid_json")
     headers = exc.headers
     if exc.status_code == 405:
         headers = {**(headers or {}), "Allow": allowed_methods(request)}
     kinds = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}
     kind = kinds.get(exc.status_code, "http_error")
-    return error_response(request, exc.status_code, str(exc.detail), kind, headers)
+    return error_json(request.scope, exc.status_code, str(exc.detail), kind, headers)
 
 
 ERROR_DESCRIPTIONS = {
@@ -138,8 +123,7 @@ def retry_after() -> dict[str, Any]:
 
 
 def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` for a route: each error status it can return, with the error body (and the
-    ``Retry-After`` header of the statuses that carry it)."""
+    """``responses=`` for a route: each error status it can return, its body and ``Retry-After``."""
     from service.schemas import ErrorBody
 
     return {
@@ -149,66 +133,54 @@ def documented(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-JSON_TYPES = ("application/json",)
-
-
 async def require_json(request: Request) -> None:
     """415 for a body route called with another content type (TEI does the same)."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media not in JSON_TYPES and not (media.startswith("application/") and media.endswith("+json")):
-        raise ApiError(
-            415,
-            f"send the body as Content-Type: application/json, not {media or 'no type'}",
-            "unsupported_media_type",
-        )
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        message = f"send the body as Content-Type: application/json, not {media or 'no type'}"
+        raise ApiError(415, message, "unsupported_media_type")
 
 
 def shown(directory: Path) -> str:
-    """How a response names one of the server's directories: its name alone, as configured (``.``
-    and ``..`` worked out, symbolic links not followed)."""
+    """A server directory as a response names it: its name alone, as configured (links not followed)."""
     return Path(os.path.normpath(directory.absolute())).name or directory.anchor
 
 
 class PathScrubber:
-    """Names the server's directories (index, snapshots, bundle) by their names alone in the
-    messages of the index layer's errors, which name them whole: right for the CLI, but over HTTP
-    they would tell any client the server's file layout. Each is matched as configured, absolute
-    and resolved (through symbolic links), the longest first, at path boundaries only."""
+    """Names the server's directories by their names alone in the index layer's error messages (which
+    name them whole, as the CLI should; over HTTP that tells the server's file layout). Each is matched
+    as configured, absolute and resolved, the longest first, at path boundaries only."""
 
     def __init__(self, directories: Iterable[Path]) -> None:
         names: dict[str, str] = {}
         for directory in directories:
             for form in {str(directory), str(directory.absolute()), str(directory.resolve())}:
                 names.setdefault(form, shown(directory))
-        names = {form: name for form, name in names.items() if form != name}
-        self._names = names
+        self._names = names = {form: name for form, name in names.items() if form != name}
         forms = "|".join(re.escape(form) for form in sorted(names, key=len, reverse=True))
         self._pattern = re.compile(rf"(?<![\w.~/-])(?:{forms})(?![\w-])") if names else None
 
     def __call__(self, message: str) -> str:
-        if self._pattern is None:
-            return message
-        return self._pattern.sub(lambda m: self._names[m.group(0)], message)
+        return self._pattern.sub(lambda m: self._names[m.group(0)], message) if self._pattern else message
 
 
 async def _user_error(request: Request, exc: Exception) -> JSONResponse:
     scrub: PathScrubber = request.app.state.scrub
     message = scrub(str(exc))
     if isinstance(exc, BusyError):
-        return error_response(request, 409, message, "conflict")
+        return error_json(request.scope, 409, message, "conflict")
     if isinstance(exc, TooLargeError):
-        return error_response(request, 413, message, "payload_too_large")
-    return error_response(request, 422, message, "validation_error")
+        return error_json(request.scope, 413, message, "payload_too_large")
+    return error_json(request.scope, 422, message, "validation_error")
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's last resort, for a bug outside InternalErrorMiddleware (middleware.py) or after a
-    response began: the connection closes after it."""
+    """For a bug outside InternalErrorMiddleware or after a response began: the connection closes."""
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     service = getattr(request.app.state, "service", None)
     if service is not None:
         service.metrics.internal_errors.inc()
-    return error_response(request, 500, "internal server error", "internal_error")
+    return error_json(request.scope, 500, "internal server error", "internal_error")
 
 
 def install(app: FastAPI) -> None:

@@ -2,8 +2,7 @@
 
 The schema says exactly what the parser accepts, so a client generated from ``/openapi.json``, and
 the contract fuzzer, build real filters: one component per nesting level (``Filter``, ``Filter2``
-...), because a recursive reference could not say how deep a filter may go. What JSON Schema cannot
-say, the filter's total size, is a documented 413.
+...), as a recursive reference could not bound the depth. The total size is a documented 413.
 """
 
 from __future__ import annotations
@@ -75,12 +74,6 @@ def components(limits: FilterLimits = DEFAULT_LIMITS) -> dict[str, dict[str, Any
             level["description"] = DESCRIPTION
         out[_level(n)] = level
     return out
-
-
-def install(schema: dict[str, Any], limits: FilterLimits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """Add the components to an OpenAPI document (in place; idempotent)."""
-    schema.setdefault("components", {}).setdefault("schemas", {}).update(components(limits))
-    return schema
 
 
 def _checked(value: dict[str, Any]) -> dict[str, Any]:

@@ -1,21 +1,73 @@
-"""Pure ASGI middleware (BaseHTTPMiddleware costs too much on the single-request fast path)."""
+"""Pure ASGI middleware (BaseHTTPMiddleware costs too much on the single-request fast path), and the
+Prometheus metrics in text-embeddings-inference style, one registry per app (prometheus-client adds
+``_total`` to counters: ``distilembed_request_count_total``)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.metrics import Metrics
-
 log = logging.getLogger("distilembed.service")
 BODYLESS = frozenset({"GET", "HEAD", "OPTIONS"})
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_memory_bytes() -> float:
+    """RSS of this process from /proc/self/statm (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return float(int(handle.read().split()[1]) * PAGE_SIZE)
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.request_count = Counter(
+            "distilembed_request_count", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.request_duration = self._latency(
+            "request_duration", "HTTP request duration by route and status", ["route", "status"]
+        )
+        self.queue_duration = self._latency("queue_duration", "Time a text waits before the encoder takes it")
+        self.tokenization_duration = self._latency("tokenization_duration", "Tokenization time per batch")
+        self.inference_duration = self._latency("inference_duration", "Encoder (onnxruntime) time per batch")
+        self.batch_size = Histogram(
+            "distilembed_batch_size", "Texts per encoder call", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.queue_depth = Gauge("distilembed_queue_depth", "Texts waiting for the encoder", registry=r)
+        self.queue_rejected = Counter(
+            "distilembed_queue_rejected", "Requests refused with 429 because the queue was full", registry=r
+        )
+        self.search_duration = self._latency("search_duration", "Index search time per request")
+        self.index_vectors = Gauge("distilembed_index_vectors", "Vectors in the live index", registry=r)
+        self.rss = Gauge("distilembed_process_resident_memory_bytes", "Resident memory (RSS)", registry=r)
+        self.rss.set_function(resident_memory_bytes)
+        self.bundle_size = Gauge("distilembed_bundle_size_bytes", "Bundle size on disk", registry=r)
+        self.ready = Gauge("distilembed_ready", "1 when the service is ready", registry=r)
+        self.internal_errors = Counter(
+            "distilembed_internal_errors", "Unhandled exceptions answered with 500", registry=r
+        )
+
+    def _latency(self, name: str, doc: str, labels: Sequence[str] = ()) -> Histogram:
+        return Histogram(
+            f"distilembed_{name}_seconds", doc, labels, buckets=LATENCY_BUCKETS, registry=self.registry
+        )
 
 
 def elapsed_ms(scope: Scope) -> float:
@@ -74,11 +126,8 @@ class ObservabilityMiddleware:
 
 
 class PayloadLimitMiddleware:
-    """Refuse bodies over ``limit`` bytes with 413, from Content-Length and from the streamed body.
-
-    The body is read (up to the limit) before the app sees it and then replayed, so a chunked or
-    lying upload cannot grow past the limit either.
-    """
+    """413 for a body over ``limit`` bytes, by Content-Length or as it streams: the body is read (up
+    to the limit) before the app sees it, then replayed, so no chunked or lying upload gets past."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -110,24 +159,17 @@ class PayloadLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        replayed = False
+        whole: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
         async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return whole.pop() if whole else await receive()
 
         await self.app(scope, replay, send)
 
 
 class InternalErrorMiddleware:
-    """A bug's JSON 500, and the connection kept. Starlette's ServerErrorMiddleware sends the same
-    answer but then raises again, and uvicorn closes any connection whose app raised: one bug's
-    request would cost its client the connection. Once a response has begun the exception goes on
-    to ServerErrorMiddleware, which logs it and counts it, and the connection closes (the response
-    is cut short)."""
+    """A bug's JSON 500, the connection kept (Starlette's ServerErrorMiddleware raises again: uvicorn
+    closes the connection). Once a response has begun, the exception goes on to it."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics

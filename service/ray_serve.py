@@ -1,21 +1,10 @@
-"""``distilembed serve --engine ray``: the same FastAPI app (``service.app.create_app``) on Ray Serve.
+"""``distilembed serve --engine ray``: the app of ``service.app.create_app`` on Ray Serve (docs/scaling.md).
 
-The deployments:
-
-* ``Api``, the ingress: ``replicas`` copies (or autoscaled on requests in flight), each with its
-  own encoder and micro-batcher and a read-only copy of the index (``ReplicaIndex``): embeddings,
-  searches and document lookups are answered where they arrive.
-* ``IndexWriter``: one replica that holds the index open for writing. Upserts (embedded on the
-  ``Api`` replica that took them), deletes and retrains are forwarded to it through a
-  ``DeploymentHandle``; its answers come back as values and raise the same errors as in a local
-  service. The ``Api`` replicas pick its changes up from the index directory (``LiveIndex.refresh``),
-  so every replica and the writer must see that directory on one machine's filesystem.
-* For a sharded index (``distilembed index shard``), no writer: one ``IndexShard`` deployment per
-  shard, each holding that shard alone, and ``Api`` replicas that hold no index. A search goes to
-  every shard in parallel and their top-k are merged (``index.shards.ShardedIndex``).
-
-For ``serve run``/``serve deploy`` the import path is ``service.ray_serve:app_builder``, which takes
-the settings as args (strings, as in a Serve config file). Imports Ray: load it only for that engine.
+``Api`` replicas, the ingress, each hold an encoder, a micro-batcher and a read-only copy of the index
+(``ReplicaIndex``), which applies the changes of the one ``IndexWriter`` from the index directory (all
+must see it on one filesystem); writes are forwarded to the writer. A sharded index has no writer: one
+``IndexShard`` deployment per shard, searched in parallel and merged by ``ShardedIndex``. For ``serve
+run``/``serve deploy``: ``service.ray_serve:app_builder``. Imports Ray: load it only for that engine.
 """
 
 from __future__ import annotations
@@ -44,16 +33,24 @@ from service.app import bundle_sha256, create_app, load_encoder, load_index
 from service.batcher import EncoderLike
 from service.errors import ApiError
 from service.replica_index import Outcome, ReplicaIndex, run_call, unwrap
-from service.settings import Settings
-from service.settings_load import settings_from
+from service.settings import Settings, load_settings
 
 if TYPE_CHECKING:
+    from index.live import LiveIndex
     from index.shards import ShardedIndex
 
 log = logging.getLogger("distilembed.service")
 APP_NAME = "distilembed"
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def open_read_only(settings: Settings, directory: Path, dim: int) -> LiveIndex:
+    """The index (or one shard) at ``directory``, read-only, refused if built with another bundle."""
+    from index.live import open_for_bundle
+
+    sha = bundle_sha256(settings.bundle)
+    return open_for_bundle(directory, dim, sha, settings.nprobe, writable=False, rescore_k=settings.rescore_k)
 
 
 @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
@@ -76,9 +73,8 @@ class IndexWriter:
         return await asyncio.to_thread(run_call, self.index, WRITES, method, *args)
 
     def __del__(self) -> None:
-        index = getattr(self, "index", None)
-        if index is not None:
-            index.close()  # checkpoints
+        if hasattr(self, "index"):  # not when __init__ failed
+            self.index.close()  # checkpoints
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0})
@@ -86,13 +82,7 @@ class IndexShard:
     """One shard of a sharded index, read-only, in its own process: 1/N of the lists in memory."""
 
     def __init__(self, settings: Settings, directory: Path) -> None:
-        from index.live import open_for_bundle
-
-        dim = int(read_manifest(settings.bundle)["dim"])
-        sha = bundle_sha256(settings.bundle)
-        self.index = open_for_bundle(
-            directory, dim, sha, settings.nprobe, writable=False, rescore_k=settings.rescore_k
-        )
+        self.index = open_read_only(settings, directory, int(read_manifest(settings.bundle)["dim"]))
 
     def describe(self) -> dict[str, Any]:
         """The shard's manifest and effective nprobe (the ``Api`` reports the first shard's)."""
@@ -104,14 +94,12 @@ class IndexShard:
         return run_call(self.index, SEARCHES, method, *args, **kwargs)
 
     def __del__(self) -> None:
-        index = getattr(self, "index", None)
-        if index is not None:
-            index.close(checkpoint=False)
+        if hasattr(self, "index"):
+            self.index.close(checkpoint=False)
 
 
 def _on_shard(method: Callable[Concatenate[Searcher, P], R]) -> Callable[Concatenate[ShardHandle, P], R]:
-    """``Searcher.<method>``, answered by the shard deployment (called from worker threads, never
-    the replica's event loop)."""
+    """``Searcher.<method>``, answered by the shard deployment (from worker threads, not the event loop)."""
     name = method.__name__
 
     def call(self: ShardHandle, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -132,8 +120,7 @@ class ShardHandle:
 
 
 def _result(response: Any, what: str) -> Any:
-    """A deployment call's value; a deployment that is gone is a 503 (not a bug in the request).
-    No timeout: a retrain may run for minutes, and Ray reports a replica that died."""
+    """A deployment call's value; one that is gone is a 503. No timeout: a retrain may take minutes."""
     try:
         return response.result()
     except (RayActorError, RayServeException) as exc:
@@ -172,12 +159,9 @@ class Api:
             self.index = await asyncio.to_thread(sharded_over, shards, manifest)
 
     def _open_index(self, writer: DeploymentHandle) -> ReplicaIndex:
-        from index.live import open_for_bundle
-
         s = self.settings
         assert s.index_dir is not None
-        sha = bundle_sha256(s.bundle)
-        local = open_for_bundle(s.index_dir, self.encoder.dim, sha, s.nprobe, False, rescore_k=s.rescore_k)
+        local = open_read_only(s, s.index_dir, self.encoder.dim)
 
         def write(method: str, args: tuple[Any, ...]) -> Outcome:
             # Called from the route's thread pool, never the replica's event loop.
@@ -224,8 +208,7 @@ def _as_deployment(decorated: object) -> Deployment:
 
 
 def build_app(settings: Settings) -> serve.Application:
-    """The Serve application: ``Api`` replicas and, with an index, the ``IndexWriter`` (or, for a
-    sharded index, one ``IndexShard`` deployment per shard)."""
+    """``Api`` replicas and, with an index, the ``IndexWriter`` (sharded: one ``IndexShard`` per shard)."""
     from index.shards import is_sharded
 
     settings = replica_settings(settings)
@@ -247,7 +230,7 @@ def build_app(settings: Settings) -> serve.Application:
 def app_builder(args: dict[str, Any]) -> serve.Application:
     """``serve run service.ray_serve:app_builder bundle=models/default index_dir=runs/index replicas=2``;
     args are settings (unset ones come from ``DISTILEMBED_*`` variables, then the defaults)."""
-    return build_app(settings_from(Settings, dict(args)))
+    return build_app(load_settings(dict(args)))
 
 
 def check_locally(settings: Settings) -> None:
@@ -269,13 +252,9 @@ def local_cluster_env(settings: Settings) -> dict[str, str]:
     """Environment for a cluster started here (its processes read it when they start)."""
     if not settings.ray_haproxy:
         return {}
-    # Requests go HAProxy -> the replica's own HTTP server, not through Ray's Python proxy (which
-    # cost 3x the latency of a local service here). A stopped replica then keeps answering for a
-    # draining period so load balancers can drop it: 30 s by default, 1 s is plenty on one node.
-    # HAProxy's metrics ship a log line per request to a Python collector: CPU that a small node's
-    # replicas need, for figures the app's /metrics already has (docs/decisions.md, 33).
-    # Serve kills a proxy that is not ready after 3 checks of 5 s; on a loaded small node the
-    # HAProxy manager actor can take longer than that to start (seen with a training run beside it).
+    # HAProxy straight to the replicas (Ray's Python proxy: 3x a local service's latency); a 1 s drain
+    # (30 s by default); no per-request metrics log (CPU, for what /metrics has: docs/decisions.md, 33);
+    # 30 s for a loaded small node's HAProxy manager to start (Serve's default: 3 checks of 5 s).
     return {
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1",
@@ -285,8 +264,7 @@ def local_cluster_env(settings: Settings) -> dict[str, str]:
 
 
 def start(settings: Settings, **init: Any) -> str:
-    """Connect to ``settings.ray_address``, or start a local cluster (``init``: more ``ray.init``
-    arguments, e.g. ``num_cpus``), then Serve (``start_serve``): the URL the app will answer at."""
+    """Join ``settings.ray_address`` or start a local cluster (``init``: ray.init args); start Serve."""
     import ray
 
     if settings.ray_address is not None:
@@ -366,13 +344,8 @@ def run(settings: Settings) -> None:
         url = start(settings)
         on_signals()  # ray.init replaced the SIGTERM handler with its own (a stack dump, then abort)
         deploy(settings)
-        log.info(
-            "Ray Serve: %s on %s, %d replica(s)%s",
-            APP_NAME,
-            url,
-            settings.replicas,
-            f", autoscaling up to {settings.autoscale_max}" if settings.autoscale_max else "",
-        )
+        scaling = f", autoscaling up to {settings.autoscale_max}" if settings.autoscale_max else ""
+        log.info("Ray Serve: %s on %s, %d replica(s)%s", APP_NAME, url, settings.replicas, scaling)
         while not stop_event.wait(1.0):  # bounded waits keep the main thread answering signals
             pass
         log.info("stopping")

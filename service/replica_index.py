@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 import numpy as np
 
@@ -26,11 +26,11 @@ Outcome = tuple[str, Any]
 WriteCall = Callable[[str, tuple[Any, ...]], Outcome]
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def run_call(index: Any, allowed: frozenset[str], method: str, *args: Any, **kwargs: Any) -> Outcome:
-    """The far side of a forwarded call (the index writer's, a shard deployment's): call
-    ``index.<method>(*args, **kwargs)``, one of ``allowed``, and turn its user-facing errors into values."""
+    """A forwarded call's far side (writer, shard): ``index.<method>``, its user errors as values."""
     if method not in allowed:
         raise ValueError(f"{method!r} is not one of {', '.join(sorted(allowed))}")
     try:
@@ -52,8 +52,7 @@ def unwrap(outcome: Outcome) -> Any:
 
 
 def _after_refresh(read: Callable[Concatenate[LiveIndex, P], R]) -> Callable[Concatenate[ReplicaIndex, P], R]:
-    """``read`` on the local copy, after it applied the changes the writer has committed (unless
-    ``refresh_on_search`` is off)."""
+    """``read`` on the local copy, once it applied the writer's committed changes (``refresh_on_search``)."""
 
     def call(self: ReplicaIndex, *args: P.args, **kwargs: P.kwargs) -> R:
         if self.refresh_on_search:
@@ -63,14 +62,20 @@ def _after_refresh(read: Callable[Concatenate[LiveIndex, P], R]) -> Callable[Con
     return call
 
 
-class ReplicaIndex:
-    """``index.searcher.IndexLike`` over a read-only local index and a writer elsewhere.
+class _Local(Generic[T]):
+    """A read-only attribute of a replica's local copy."""
 
-    Every search first applies the changes the writer has committed (``refresh_on_search``), so
-    a search sees every write acknowledged before it began, whichever replica took that write; a
-    background thread refreshes every ``refresh_ms`` too, which keeps that step short (and is
-    how /info and get-then-search stay fresh with ``refresh_on_search`` off).
-    """
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, replica: ReplicaIndex, owner: type | None = None) -> T:
+        return cast(T, getattr(replica.local, self.name))
+
+
+class ReplicaIndex:
+    """``IndexLike`` over a read-only local index and a writer elsewhere. A search first applies the
+    writer's committed changes (``refresh_on_search``): it sees every write acknowledged before it
+    began. A thread refreshes every ``refresh_ms`` too: that keeps the step short, and /info fresh."""
 
     def __init__(
         self, local: LiveIndex, write: WriteCall, refresh_ms: float = 250.0, refresh_on_search: bool = True
@@ -92,30 +97,13 @@ class ReplicaIndex:
                 log.exception("refreshing %s failed", self.local.dir)
 
     # -- what the routes read: the local copy
-    @property
-    def dim(self) -> int:
-        return self.local.dim
-
-    @property
-    def nprobe(self) -> int:
-        return self.local.nprobe
-
-    @property
-    def kind(self) -> str:
-        return self.local.kind
-
-    @property
-    def nlist(self) -> int:
-        return self.local.nlist
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        return self.local.manifest
-
-    @property
-    def ntotal(self) -> int:
-        return self.local.ntotal
-
+    dim = _Local[int]()
+    nprobe = _Local[int]()
+    kind = _Local[str]()
+    nlist = _Local[int]()
+    manifest = _Local[dict[str, Any]]()
+    ntotal = _Local[int]()
+    indexed_fields = _Local[tuple[str, ...]]()
     search = _after_refresh(LiveIndex.search)
 
     def get(self, ext_id: str) -> Document | None:
@@ -123,10 +111,6 @@ class ReplicaIndex:
 
     def count(self, where: dict[str, Any] | None = None) -> int:
         return self.local.count(where)  # SQLite: current without a refresh
-
-    @property
-    def indexed_fields(self) -> tuple[str, ...]:
-        return self.local.indexed_fields
 
     def add_field_index(self, field: str) -> bool:
         return bool(self._forwarded("add_field_index", field))

@@ -1,8 +1,6 @@
 """Embedding routes: OpenAI ``/v1/embeddings``, TEI ``/embed`` and ``/similarity`` (+ pairs mode).
-
-Responses are built as plain JSON by orjson (no response-model validation of thousands of floats);
-the declared response models still describe them in the OpenAPI schema. ``encoding_format``
-quantises the (cut, re-normalised) vectors as sentence-transformers does (export/quantize.py).
+Responses are plain JSON by orjson (no response-model validation of thousands of floats; the models
+still describe them in OpenAPI); ``encoding_format`` quantises as sentence-transformers does.
 """
 
 from __future__ import annotations
@@ -10,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import orjson
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 
 from export import quantize
 from service.errors import documented, payload_too_large, require_json, took_ms, validation
-from service.responses import FastJSONResponse
 from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, SimilarityRequest, Vector
 from service.state import State
 
@@ -22,17 +21,16 @@ from service.state import State
 router = APIRouter(dependencies=[Depends(require_json)], responses=documented(400, 413, 415, 422, 429, 503))
 
 
+class FastJSONResponse(JSONResponse):
+    """numpy arrays by orjson at float32 precision: for a 128-d vector ~20x faster than ``tolist()`` +
+    ``json.dumps`` (float64, ~70% more bytes), a few percent of a one-sentence request's CPU time."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
 def _as_list(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else value
-
-
-def shorten(vectors: np.ndarray, dimensions: int | None, dim: int) -> np.ndarray:
-    """Keep the first ``dimensions`` coordinates and re-normalise (Matryoshka-style truncation)."""
-    if dimensions is None or dimensions == dim:
-        return vectors
-    if dimensions > dim:
-        raise validation(f"dimensions={dimensions} exceeds the model's {dim}")
-    return quantize.prefix(vectors, dimensions)
 
 
 def served_encodings(encoder: Any, width: int | None = None) -> list[str]:
@@ -73,7 +71,9 @@ async def openai_embeddings(body: EmbeddingRequest, request: Request, state: Sta
     ranges = _ranges(encoder, body.encoding_format, body.dimensions or encoder.dim)
     texts = state.check_texts(_as_list(body.input))
     embedded = await state.embed(texts)
-    vectors = shorten(embedded.vectors, body.dimensions, encoder.dim)
+    vectors = embedded.vectors
+    if body.dimensions not in (None, encoder.dim):  # the first N coordinates, re-normalised
+        vectors = quantize.prefix(vectors, body.dimensions)
     rows = encode_rows(vectors, body.encoding_format, ranges)
     tokens = sum(embedded.tokens)
     return FastJSONResponse(
@@ -99,9 +99,7 @@ async def tei_embed(body: EmbedRequest, state: State) -> FastJSONResponse:
 
 
 def with_encodings(schema: dict[str, Any], encoder: Any) -> dict[str, Any]:
-    """Write this bundle's encodings into the request schemas of the OpenAPI document (in place,
-    idempotent): int8/uint8 only where it has ranges, and on ``/v1/embeddings`` only with a
-    ``dimensions`` that has them, so the document allows exactly what is served."""
+    """The bundle's encodings in the request schemas (in place): int8/uint8 only where it has ranges."""
     models = schema.get("components", {}).get("schemas", {})
     if encoder is None:
         return schema

@@ -1,7 +1,5 @@
-"""Request and response models (they make the OpenAPI schema).
-
-Limits that come from settings (items per request, characters per text, top_k) are checked in the
-routes, so the pydantic models only hold what is true for every deployment.
+"""Request and response models (they make the OpenAPI schema). They hold what is true for every
+deployment: the limits from settings are checked in the routes and written in by service/openapi.py.
 """
 
 from __future__ import annotations
@@ -54,11 +52,8 @@ def _returnable(metadata: dict[str, Any], info: ValidationInfo) -> dict[str, Any
 
 Integer = Annotated[int, BeforeValidator(_integral)]
 ReturnedMetadata = Annotated[dict[str, Any], AfterValidator(_returnable)]
-METADATA_HELP = (
-    "Any JSON object, stored and returned as sent. Its limits are this server's settings "
-    "(`/info` lists them under `limits`); a document over one is refused with a 422 that names the place."
-)
 Positive = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+Probes = Annotated[int, Field(ge=1, le=1 << 16), BeforeValidator(_integral)]
 
 
 def _no_default(schema: dict[str, Any]) -> None:
@@ -169,10 +164,8 @@ class SearchRequest(Strict):
         None, description="A query vector of the index's dimension."
     )
     top_k: Positive | None = Field(None, description="1..max_top_k (default from settings).")
-    nprobe: Annotated[int, Field(ge=1, le=1 << 16), BeforeValidator(_integral)] | None = Field(
-        None, description="IVF lists to probe (default: index's)."
-    )
-    rescore_k: Annotated[int, Field(ge=1, le=1 << 16), BeforeValidator(_integral)] | None = Field(
+    nprobe: Probes | None = Field(None, description="IVF lists to probe (default: index's).")
+    rescore_k: Probes | None = Field(
         None,
         description="pq and binary indexes: candidates rescored exactly (default: the setting, else the "
         "index's); ignored by float32 and sq8 indexes.",
@@ -203,8 +196,8 @@ class SearchResponse(BaseModel):
 class DocumentIn(Strict):
     id: Annotated[str, Field(min_length=1, max_length=1024)]
     text: Text
-    # Its limits come from settings: the route checks them, the served document states them.
-    metadata: dict[str, Any] = Field(default_factory=dict, description=METADATA_HELP)
+    # Its limits come from settings: the route checks them, the served schema states them (openapi.py).
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class UpsertRequest(Strict):

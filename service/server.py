@@ -45,14 +45,6 @@ class _Server(uvicorn.Server):
                 captured.remove(signal.SIGTERM)
 
 
-def build_server(settings: Settings) -> _Server:
-    """Load the bundle and the index, then the server (not started): a bad bundle or index fails
-    here with one line, not in a traceback from the lifespan."""
-    encoder = load_encoder(settings)
-    index = load_index(settings, encoder.dim, bundle_sha256(settings.bundle))
-    return server_for(create_app(settings, encoder=encoder, index=index), settings)
-
-
 def server_for(app: FastAPI, settings: Settings) -> _Server:
     config = uvicorn.Config(
         app,
@@ -70,20 +62,16 @@ def server_for(app: FastAPI, settings: Settings) -> _Server:
     return _Server(config, app.state.service)
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
 def warn_if_exposed(settings: Settings) -> None:
     """One warning when the service listens beyond this machine with every route open."""
-    if is_loopback(settings.host) or KeyRing.from_settings(settings).enabled:
+    host = settings.host
+    try:
+        loopback = host.lower() == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        loopback = False
+    if loopback or KeyRing.from_settings(settings).enabled:
         return
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    host = f"[{host}]" if ":" in host else host
     log.warning(
         "serving on %s:%d with no API key: anyone who can reach this address can read and write; "
         "set DISTILEMBED_API_KEY (or DISTILEMBED_READ_KEYS / DISTILEMBED_WRITE_KEYS)",
@@ -93,9 +81,8 @@ def warn_if_exposed(settings: Settings) -> None:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Bind ``host:port`` as uvicorn will (each address it resolves to, ``SO_REUSEADDR``, IPv6 only
-    on IPv6), then let go: a busy port is one line in a second, not an error after the model has
-    loaded and ``ready`` was logged. A server that takes the port in between still fails, later."""
+    """Bind ``host:port`` as uvicorn will (each address it resolves to, ``SO_REUSEADDR``, IPv6 only on
+    IPv6), then let go: a busy port is one line at once, not an error after the model has loaded."""
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         for family, kind, proto, _, address in addresses:
@@ -106,18 +93,20 @@ def check_port_free(host: str, port: int) -> None:
                 probe.bind(address)
     except OSError as exc:
         where = f"port {port} on {host}"
+        message = f"cannot listen on {where}: {exc.strerror or exc}"
         if exc.errno == errno.EADDRINUSE:
-            raise UserError(
-                f"{where} is in use: stop what holds it, or pass --port / DISTILEMBED_PORT"
-            ) from None
-        raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None
+            message = f"{where} is in use: stop what holds it, or pass --port / DISTILEMBED_PORT"
+        raise UserError(message) from None
 
 
 def run(settings: Settings) -> None:
     check_port_free(settings.host, settings.port)
     warn_if_exposed(settings)
     raise_open_file_limit(settings.max_connections + OWN_FILES)
-    server = build_server(settings)
+    # The bundle and the index load here: a bad one fails in one line, not a traceback from the lifespan.
+    encoder = load_encoder(settings)
+    index = load_index(settings, encoder.dim, bundle_sha256(settings.bundle))
+    server = server_for(create_app(settings, encoder=encoder, index=index), settings)
     server.run()
     if not server.started:
         raise UserError("the server did not start (see the log above)")

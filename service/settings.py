@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_origin
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core.core_schema import ValidationInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from distilembed.errors import UserError
 from distilembed.ray_address import host_port
+from service.errors import describe_errors
 
 
 class Settings(BaseSettings):
@@ -29,9 +31,7 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535, description="TCP port.")
     threads: int | None = Field(None, ge=0, description="onnxruntime intra-op threads (0 or unset: all).")
     max_items: int = Field(256, ge=1, description="Most texts (or documents) in one request; more = 413.")
-    max_chars: int = Field(
-        8192, ge=1, description="Longest text in characters; longer = 413 (or cut: truncate)."
-    )
+    max_chars: int = Field(8192, ge=1, description="Longest text in characters; more = 413 (truncate: cut).")
     max_queue: int = Field(2048, ge=1, description="Most texts waiting for the encoder; more = 429.")
     max_batch: int = Field(128, ge=1, description="Most texts in one encoder call.")
     run_batch: int = Field(
@@ -52,15 +52,11 @@ class Settings(BaseSettings):
     )
     max_metadata_keys: int = Field(256, ge=1, description="Most keys in a metadata, over all its objects.")
     max_metadata_key_chars: int = Field(256, ge=1, description="Longest metadata key, in characters.")
-    max_metadata_string_chars: int = Field(
-        8192, ge=1, description="Longest string in a metadata, in characters."
-    )
+    max_metadata_string_chars: int = Field(8192, ge=1, description="Longest metadata string, in characters.")
     max_metadata_items: int = Field(
         4096, ge=1, description="Most values in a metadata: every key's value and list item, nested too."
     )
-    max_metadata_bytes: int = Field(
-        65536, ge=2, description="Largest metadata as compact JSON, in UTF-8 bytes."
-    )
+    max_metadata_bytes: int = Field(65536, ge=2, description="Largest metadata: UTF-8 bytes of compact JSON.")
     api_key: SecretStr | None = Field(
         None, description="One key that reads and writes (as `Authorization: Bearer` or X-API-Key)."
     )
@@ -130,9 +126,7 @@ class Settings(BaseSettings):
     target_ongoing_requests: float = Field(
         2.0, gt=0, description="Ray autoscaling: requests in flight per replica to aim for."
     )
-    replica_cpus: float = Field(
-        1.0, gt=0, description="Ray: CPUs each API replica reserves (and its default `threads`)."
-    )
+    replica_cpus: float = Field(1.0, gt=0, description="Ray: CPUs per API replica (its default `threads`).")
     refresh_ms: float = Field(
         250.0, ge=0, description="Ray: how often search replicas apply the writer's changes (0: never)."
     )
@@ -150,33 +144,17 @@ class Settings(BaseSettings):
         True, description="Ray: apply the writer's committed changes before each search (read-your-writes)."
     )
 
-    @field_validator("cors_origins", "read_keys", "write_keys", mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _split_list(cls, value: object) -> object:
-        if isinstance(value, str):
+    def _from_env(cls, value: object, info: ValidationInfo) -> object:
+        """An empty variable means unset for a setting whose default is unset (``DISTILEMBED_INDEX_DIR=``
+        in compose); a list is comma-separated."""
+        field = cls.model_fields[str(info.field_name)]
+        if value == "" and field.default is None:
+            return None
+        if isinstance(value, str) and get_origin(field.annotation) is list:
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
-
-    @field_validator("api_key", mode="before")
-    @classmethod
-    def _empty_key_is_none(cls, value: object) -> object:
-        return None if value == "" else value
-
-    @field_validator(
-        "index_dir",
-        "snapshot_dir",
-        "threads",
-        "nprobe",
-        "rescore_k",
-        "model_name",
-        "ray_address",
-        "autoscale_max",
-        mode="before",
-    )
-    @classmethod
-    def _empty_is_none(cls, value: object) -> object:
-        """An empty env var (``DISTILEMBED_INDEX_DIR=`` in compose) means unset."""
-        return None if value == "" else value
 
     @field_validator("ray_address")
     @classmethod
@@ -205,6 +183,11 @@ class Settings(BaseSettings):
             return self.snapshot_dir
         return self.index_dir.parent / f"{self.index_dir.name}-snapshots"
 
-    @property
-    def served_model_name(self) -> str:
-        return self.model_name or self.bundle.resolve().name
+
+def load_settings(overrides: dict[str, Any]) -> Settings:
+    """``Settings(**overrides)`` over ``DISTILEMBED_*`` and the defaults, or one line naming every bad one."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        errors = exc.errors()
+        raise UserError(f"bad settings: {describe_errors(errors, 'settings', len(errors))}") from exc

@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from index.searcher import IndexLike
 from service.batcher import Batcher, BatcherClosedError, Embedded, EncoderLike, QueueFullError
 from service.errors import ApiError, payload_too_large
-from service.metrics import Metrics
+from service.middleware import Metrics
 from service.schemas import IndexInfo
 from service.settings import Settings
 
@@ -60,24 +60,16 @@ class ServiceState:
         try:
             return await batcher.embed(texts)
         except QueueFullError as exc:
-            raise ApiError(
-                429,
-                "too many texts waiting; retry later",
-                "overloaded",
-                {"Retry-After": str(exc.retry_after)},
-            ) from exc
+            retry = {"Retry-After": str(exc.retry_after)}
+            raise ApiError(429, "too many texts waiting; retry later", "overloaded", retry) from exc
         except BatcherClosedError as exc:
             raise ApiError(503, str(exc), "unavailable", {"Retry-After": "1"}) from exc
-
-
-def get_state(request: Request) -> ServiceState:
-    return request.app.state.service
 
 
 async def _state_dependency(request: Request) -> ServiceState:
     """Async on purpose: FastAPI runs a plain ``def`` dependency in its thread pool, a thread hop
     per request for one attribute lookup."""
-    return get_state(request)
+    return request.app.state.service
 
 
 State = Annotated[ServiceState, Depends(_state_dependency)]

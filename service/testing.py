@@ -29,11 +29,8 @@ def _token_vector(token: int, dim: int) -> np.ndarray:
 
 
 class FakeEncoder:
-    """Deterministic bag-of-words vectors; records every call's batch size.
-
-    ``gate``: when given, every ``encode_ids`` call waits for it (tests hold the worker busy with it);
-    ``entered`` is set as soon as a call starts.
-    """
+    """Deterministic bag-of-words vectors; records every call's batch size. Every ``encode_ids`` call
+    sets ``entered``, then waits for ``gate`` if one is given (tests hold the worker busy with it)."""
 
     def __init__(self, dim: int = 8, max_seq_len: int = 16, gate: threading.Event | None = None) -> None:
         self.dim, self.max_seq_len, self.gate = dim, max_seq_len, gate
@@ -100,11 +97,8 @@ class FakeIndex:
         node = parse_filter(where)
         with self._lock:
             docs = [(d, v) for d, v in self.docs.values() if matches(node, d.metadata)]
-        out = []
-        for query in queries:
-            scored = sorted(((float(v @ query), d) for d, v in docs), key=lambda p: -p[0])[:k]
-            out.append([Hit(d.id, s, d.text, d.metadata) for s, d in scored])
-        return out
+        ranked = (sorted(((float(v @ q), d) for d, v in docs), key=lambda p: -p[0])[:k] for q in queries)
+        return [[Hit(d.id, s, d.text, d.metadata) for s, d in hits] for hits in ranked]
 
     def get(self, ext_id: str) -> Document | None:
         with self._lock:
@@ -139,13 +133,10 @@ class FakeIndex:
         return
 
     def retrain(
-        self,
-        nlist: int = 1024,
-        storage: str | None = None,
-        flat_below: int = 10_000,
-        seed: int = 0,  # noqa: ARG002 (the LiveIndex signature)
+        self, nlist: int = 1024, storage: str | None = None, flat_below: int = 10_000, seed: int = 0
     ) -> dict[str, Any]:
         """Exact search stays exact here; only the labels follow the plan ``LiveIndex`` would make."""
+        del seed  # LiveIndex's signature
         if self.busy:
             raise BusyError("a retrain is already running")
         before = {"index_type": self.kind, "nlist": self.nlist}
@@ -162,14 +153,9 @@ class FakeIndex:
         out.mkdir(parents=True)
         with self._lock:
             ids = sorted(self.docs)
-        (out / "ids.json").write_text(json.dumps(ids))
-        size = (out / "ids.json").stat().st_size
-        return {
-            "kind": "index_snapshot",
-            "created": "now",
-            "ntotal": len(ids),
-            "files": {"ids.json": {"bytes": size}},
-        }
+        size = (out / "ids.json").write_text(json.dumps(ids))  # ASCII: a byte per character
+        files = {"ids.json": {"bytes": size}}
+        return {"kind": "index_snapshot", "created": "now", "ntotal": len(ids), "files": files}
 
     def close(self) -> None:
         self.closed = True

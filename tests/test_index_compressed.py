@@ -13,13 +13,13 @@ from distilembed.artifacts import read_manifest
 from distilembed.errors import UserError
 from index.build import BuildConfig, build
 from index.cli import build_command
-from index.integrity import RESCORE_FILE, ids_of
+from index.integrity import RESCORE_FILE
 from index.live import INDEX_FILE, LiveIndex
 from index.rescore import DEFAULT_RESCORE_K, top_k
 from index.shards import open_sharded, shard_index
 from index.snapshot import restore_snapshot
 from index.store import Document
-from index.vectors import copy_index, load_index, new_ivf, save_index, search, signs, storage_of
+from index.vectors import copy_index, ids_of, load_index, new_ivf, save_index, search, signs, storage_of
 from index.verify import verify_index
 from service.testing import FakeEncoder
 from tests.test_index_build import _cli, _corpus

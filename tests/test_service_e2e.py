@@ -135,14 +135,14 @@ def test_real_bundle_end_to_end(real_client):
 
 def test_serve_command_settings(monkeypatch):
     from distilembed.errors import UserError
-    from service.cli import _settings
+    from service.settings import load_settings
 
     monkeypatch.setenv("DISTILEMBED_PORT", "9000")
     monkeypatch.setenv("DISTILEMBED_MAX_BATCH", "16")
-    s = _settings(Settings, {"max_batch": 4})  # a flag beats the env var
+    s = load_settings({"max_batch": 4})  # a flag beats the env var
     assert (s.port, s.max_batch) == (9000, 4)
     with pytest.raises(UserError, match="max_batch"):
-        _settings(Settings, {"max_batch": 0})
+        load_settings({"max_batch": 0})
 
 
 def test_stop_signal_turns_readiness_off_before_draining():

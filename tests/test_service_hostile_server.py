@@ -25,8 +25,7 @@ import yaml
 from fastapi import FastAPI
 
 from service.app import create_app
-from service.metrics import Metrics
-from service.middleware import InternalErrorMiddleware
+from service.middleware import InternalErrorMiddleware, Metrics
 from service.testing import FakeEncoder, FakeIndex
 from tests.service_client import error, make_settings, wait_until
 from tests.test_service_hostile import MIB, nested_text, upsert_text

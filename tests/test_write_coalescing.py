@@ -5,7 +5,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import uvicorn
 
-from service.write_coalescing import CoalescingHttpToolsProtocol, CoalescingTransport
+from service.connections import CoalescingHttpToolsProtocol, CoalescingTransport
 
 
 class RecordingTransport:
