@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from distilembed.errors import UserError
 from tests.tiny_models import make_tiny_sentence_model
-from training.average import average_checkpoints, average_state_dicts, mixing_weights, own_dev
+from training.checkpoint import average_checkpoints, average_state_dicts, mixing_weights, own_dev
 
 PROBE = "embeddings.LayerNorm.bias"
 

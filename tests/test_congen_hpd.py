@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from distilembed.errors import UserError
+from tests.test_losses_queue import oldest_first
 from tests.tiny_models import tiny_sentences
 from training.config import TrainConfig, make_config
 from training.losses.hpd import hpd_loss
-from training.methods.base import MethodInputs, encode_features
-from training.methods.congen import congen_stage
+from training.methods import MethodInputs, congen_stage, encode_features
 from training.student import build_student
 
 
@@ -64,9 +64,11 @@ def test_teacher_space_full_reads_the_full_targets(tiny_bert) -> None:
     stage = congen_stage(inputs)
     loss = stage.extra_state
     assert loss is not None and loss.space_bank is not None
-    rows = [next(i for i, row in enumerate(pca) if torch.equal(row, kept)) for kept in loss.bank.contents()]
-    assert torch.equal(loss.space_bank.contents(), wide[rows].float())
+    rows = [
+        next(i for i, row in enumerate(pca) if torch.equal(row, kept)) for kept in oldest_first(loss.bank)
+    ]
+    assert torch.equal(oldest_first(loss.space_bank), wide[rows].float())
     with torch.no_grad():
         stage.batch_loss([1, 2])
-    assert torch.equal(loss.space_bank.contents()[-2:], wide[[1, 2]].float())
+    assert torch.equal(oldest_first(loss.space_bank)[-2:], wide[[1, 2]].float())
     assert stage.info["teacher_space"] == "full"

@@ -267,14 +267,14 @@ def test_minilm_on_stsb_test(tmp_path, shared_data):
         eval_cli.load_sentence_encoder("no-such-model")
 
 
-def test_evaluate_vectors_looks_up_each_pair_s_sentences() -> None:
+def test_vector_lookup_scores_each_pair_s_sentences() -> None:
     from training.data.sts import STSPair
-    from training.evaluation import evaluate_vectors
+    from training.evaluation import vector_lookup
 
     sentences = ["a", "b", "c"]
     vectors = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]])
     # cosines: (a, b) 0.995, (a, c) 0, (b, c) 0.0995: the same order as the gold scores
     pairs = [STSPair("a", "b", 5.0), STSPair("a", "c", 0.0), STSPair("b", "c", 1.0)]
-    assert evaluate_vectors(sentences, vectors, pairs) == pytest.approx(100.0)
+    assert evaluate_pairs(vector_lookup(sentences, vectors), pairs) == pytest.approx(100.0)
     reversed_gold = [STSPair(p.sentence1, p.sentence2, 5.0 - p.score) for p in pairs]
-    assert evaluate_vectors(sentences, vectors, reversed_gold) == pytest.approx(-100.0)
+    assert evaluate_pairs(vector_lookup(sentences, vectors), reversed_gold) == pytest.approx(-100.0)

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from tests.test_losses_queue import oldest_first
 from training.losses.congen import ConGenLoss, congen_loss, similarity_logits, soft_cross_entropy
 
 
@@ -56,7 +57,7 @@ def test_module_queue_head_and_gradient() -> None:
     control = torch.randn(4, 3, requires_grad=True)
     general = torch.randn(4, 3, requires_grad=True)
     loss_fn(control, general, teacher)  # enqueued first: the batch joins D before the softmax
-    assert len(loss_fn.bank) == 16 and torch.equal(loss_fn.bank.contents()[-4:], teacher)
+    assert len(loss_fn.bank) == 16 and torch.equal(oldest_first(loss_fn.bank)[-4:], teacher)
     loss_fn.eval()
     params = [control, general, *loss_fn.parameters()]
     first = loss_fn(control, general, teacher).item()

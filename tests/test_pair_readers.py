@@ -265,17 +265,17 @@ def test_hub_failure_is_a_one_line_user_error(monkeypatch: pytest.MonkeyPatch) -
 
 def test_hub_rows_map_to_records(monkeypatch: pytest.MonkeyPatch) -> None:
     datasets = pytest.importorskip("datasets")
-    from training.data.hub import load_hf_triplets
+    from training.data.pairs import load_hf_triplets
 
     tables = {"triplet": {"anchor": ["a", "b", "c"], "positive": ["p", "", "q"], "negative": ["n", "m", "o"]}}
+    tables["pair"] = {"anchor": ["a"], "positive": ["p"]}
     monkeypatch.setattr(
         datasets, "load_dataset", lambda _id, subset, split: datasets.Dataset.from_dict(tables[subset])
     )
-    # limit cuts before the empty positive in row 2 is dropped.
-    assert load_hf_triplets("x/y", limit=2) == [Triplet("a", "p", "n")]
+    # The row with an empty positive is dropped.
     assert load_hf_triplets("x/y") == [Triplet("a", "p", "n"), Triplet("c", "q", "o")]
-    with pytest.raises(UserError, match="no column nope"):
-        load_hf_triplets("x/y", columns=("anchor", "positive", "nope"))
+    with pytest.raises(UserError, match="no column negative"):
+        load_hf_triplets("x/y", subset="pair")
 
 
 # --- the shared data ----------------------------------------------------------------------------------

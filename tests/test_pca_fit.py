@@ -10,8 +10,8 @@ import pytest
 
 from distilembed.errors import UserError
 from training.config import TrainConfig
+from training.data.extra_text import pca_fit_texts
 from training.pipeline import prepare_dirs
-from training.training_text import pca_fit_texts
 
 STSB = [
     "main-captions\tMSRvid\t2012test\t0001\t2.5\tb second .\ta first .",

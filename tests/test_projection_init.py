@@ -1,4 +1,4 @@
-"""The ridge warm start of the student's projection (training/projection_init.py)."""
+"""The ridge warm start of the student's projection (training/student.py)."""
 
 import json
 
@@ -9,8 +9,14 @@ import torch
 from tests.test_pipeline import _cfg
 from tests.tiny_models import tiny_sentences
 from training.pipeline import run_training
-from training.projection_init import init_projection, pooled_features, ridge_projection
-from training.student import build_student, projected_embeddings
+from training.student import (
+    build_student,
+    init_projection,
+    pooled_features,
+    projected,
+    ridge_projection,
+    tokenize,
+)
 
 
 def test_ridge_recovers_an_exact_linear_map() -> None:
@@ -46,7 +52,7 @@ def test_init_projection_sets_the_dense_to_the_fit(tiny_bert) -> None:
     assert report["mse_ridge"] < 1e-4 * report["mse_random_init"]
     assert report["r2"] == pytest.approx(1.0, abs=1e-4)
     with torch.no_grad():
-        out = projected_embeddings(student.eval(), texts[:8]).numpy()
+        out = projected(student.eval(), tokenize(student, texts[:8])).numpy()
     np.testing.assert_allclose(out, targets[:8], atol=1e-3)
 
 

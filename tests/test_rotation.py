@@ -14,9 +14,15 @@ import torch
 from export.bundle import trained_widths
 from tests.tiny_models import tiny_sentences
 from training.data.sts import STSPair
-from training.losses.correlation import pearson_loss
 from training.losses.matryoshka import Widths
-from training.rotation import LabelledVectors, RotationSettings, fit_rotation, orthogonalise, width_scorer
+from training.rotation import (
+    LabelledVectors,
+    RotationSettings,
+    fit_rotation,
+    orthogonalise,
+    pearson_loss,
+    width_scorer,
+)
 
 
 def test_pearson_loss_by_hand() -> None:

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from distilembed.errors import UserError
-from training.student import build_student, projected_embeddings, spread_layers
+from training.student import build_student, projected, spread_layers, tokenize
 from training.teachers import embedding_dimension
 
 
@@ -20,7 +20,7 @@ def test_build_student_shapes(tiny_bert) -> None:
     out = student.encode(["a man is playing", "a dog ."], convert_to_numpy=True)
     assert out.shape == (2, 8)
     assert torch.allclose(torch.from_numpy(out).norm(dim=1), torch.ones(2), atol=1e-5)
-    raw = projected_embeddings(student, ["a man is playing"])
+    raw = projected(student, tokenize(student, ["a man is playing"]))
     assert raw.shape == (1, 8) and raw.requires_grad
 
 

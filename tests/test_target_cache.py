@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from training.target_cache import CacheKey, TargetCache
+from training.teacher_targets import CacheKey, TargetCache
 
 
 class KilledError(Exception):

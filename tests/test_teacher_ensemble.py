@@ -11,7 +11,7 @@ from distilembed.errors import UserError
 from tests.test_pipeline import _cfg
 from training.config import make_config
 from training.pipeline import run_training
-from training.teacher_ensemble import EnsembleTeacher, combine, ensemble_weights, parse_member
+from training.teacher_targets import EnsembleTeacher, combine, ensemble_weights, parse_member
 
 
 def test_combine_on_a_hand_computed_case() -> None:

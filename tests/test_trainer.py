@@ -5,8 +5,8 @@ import torch
 from tests.tiny_models import tiny_sentences
 from training.config import TrainConfig
 from training.losses.hpd import hpd_loss
-from training.methods.base import stage_loop
-from training.student import build_student, projected_embeddings
+from training.methods import stage_loop
+from training.student import build_student, projected, tokenize
 from training.trainer import LoopConfig, Trainer, autocast_dtype, length_grouped_batches
 
 
@@ -25,7 +25,7 @@ def _setup(tiny_bert, workdir, fail_at: int | None = None, patience: int = 0, de
         calls["n"] += 1
         if fail_at is not None and calls["n"] == fail_at:
             raise InterruptedRunError
-        return hpd_loss(projected_embeddings(student, [texts[i] for i in idx]), targets[idx])
+        return hpd_loss(projected(student, tokenize(student, [texts[i] for i in idx])), targets[idx])
 
     dev_calls = []
 
@@ -110,7 +110,7 @@ def test_frozen_embeddings_do_not_move(tiny_bert, tmp_path) -> None:
     targets = torch.randn(16, 4)
 
     def batch_loss(idx):
-        return hpd_loss(projected_embeddings(student, [texts[i] for i in idx]), targets[idx])
+        return hpd_loss(projected(student, tokenize(student, [texts[i] for i in idx])), targets[idx])
 
     cfg = LoopConfig(batch_size=8, lr=1e-2, epochs=1, eval_every=100, save_every=100, seed=0)
     Trainer(student, batch_loss, lengths=np.array([len(t) for t in texts]), cfg=cfg, workdir=tmp_path).run()

@@ -1,10 +1,9 @@
 """Cheap, deterministic text augmentations: WordNet synonyms, word deletion and crop.
 
-HPD (section 4.3) enlarges its training set with WordNet substitution (nlpaug ``SynonymAug``
-style); ConGen (Table 6) shows deletion, crop and synonym replacement as cheap views. WordNet
-comes from ``nltk.download('wordnet')`` or Debian's ``wordnet-base``, which needs a copy into
-an nltk data folder plus the ``lexnames`` file it lacks (see ``ensure_wordnet``).
-"""
+HPD (section 4.3) enlarges its training set with WordNet substitution (nlpaug ``SynonymAug`` style);
+ConGen (Table 6) shows deletion, crop and synonym replacement as cheap views. WordNet comes from
+``nltk.download('wordnet')`` or Debian's ``wordnet-base``, which needs a copy into an nltk data folder
+plus the ``lexnames`` file it lacks (see ``ensure_wordnet``)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import re
 import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,10 +82,8 @@ def _signature(folder: Path) -> str:
 
 def install_wordnet(source: Path, nltk_data: Path) -> Path:
     """Copy a WordNet 3.0 dict folder to ``nltk_data/corpora/wordnet`` once; return that folder.
-
-    nltk >= 3.9 refuses symlinks out of its data roots, hence a real copy. The copy is built in a
-    temporary sibling and renamed into place, so a crash never leaves a half-written folder.
-    """
+    nltk >= 3.9 refuses symlinks out of its data roots, hence a copy, built in a temporary sibling
+    and renamed into place so that a crash never leaves a half-written folder."""
     source = Path(source)
     if not _is_wordnet_dict(source):
         raise UserError(f"not a WordNet dict folder (no data.noun, index.noun, ...): {source}")
@@ -124,26 +121,17 @@ def _is_copy_of(target: Path, signature: str) -> bool:
     return (target / "lexnames").is_file() and marker.is_file() and marker.read_text() == signature
 
 
-@functools.cache
-def _reader_class() -> type[WordNetCorpusReader]:
+def _reader(folder: Path) -> WordNetCorpusReader:
+    import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
     class LocalWordNetReader(WordNetCorpusReader):
-        """A WordNet 3.0 dict folder read as the base version.
-
-        nltk maps every loaded WordNet onto 3.0 for its multilingual data, through ``index.sense``,
-        which Debian's wordnet-base lacks. This corpus is 3.0 and no multilingual data is loaded,
-        so the mapping is skipped (as nltk itself does when there is nothing to map).
-        """
+        """A WordNet 3.0 dict folder read as the base version: nltk maps every loaded WordNet onto
+        3.0 for its multilingual data through ``index.sense``, which Debian's wordnet-base lacks;
+        this corpus is 3.0 and no multilingual data is loaded, so the mapping is skipped."""
 
         def map_wn(self, version: str = "wordnet") -> None:  # noqa: ARG002 - nltk's signature
             return None
-
-    return LocalWordNetReader
-
-
-def _reader(folder: Path) -> WordNetCorpusReader:
-    import nltk
 
     # nltk only opens files under its data roots (nltk.pathsec). Registering the corpus folder
     # itself, not nltk_data, keeps nltk's own `wordnet` loader from finding this copy: without
@@ -152,7 +140,7 @@ def _reader(folder: Path) -> WordNetCorpusReader:
         nltk.data.path.append(str(folder))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*multilingual functions are not available.*")
-        return _reader_class()(str(folder), None)
+        return LocalWordNetReader(str(folder), None)
 
 
 def _nltk_default_wordnet() -> WordNetCorpusReader | None:
@@ -168,12 +156,9 @@ def _nltk_default_wordnet() -> WordNetCorpusReader | None:
 
 @functools.lru_cache(maxsize=4)
 def ensure_wordnet(source_dir: str | Path | None = None) -> WordNetCorpusReader:
-    """A working nltk WordNet reader, loaded once per source.
-
-    Order: ``source_dir``, then ``$DISTILEMBED_WORDNET_DIR`` (both explicit: an invalid one is an
-    error), then nltk's own ``wordnet`` corpus, then Debian's ``/usr/share/wordnet`` copied into
-    ``cache_dir()/nltk_data``.
-    """
+    """A working nltk WordNet reader, loaded once per source: ``source_dir``, then
+    ``$DISTILEMBED_WORDNET_DIR`` (both explicit: an invalid one is an error), then nltk's own
+    ``wordnet`` corpus, then Debian's ``/usr/share/wordnet`` copied into ``cache_dir()/nltk_data``."""
     explicit = source_dir or os.environ.get(WORDNET_ENV)
     if not explicit:
         default = _nltk_default_wordnet()
@@ -194,11 +179,9 @@ _MARKER = re.compile(r"\(\w+\)$")  # adjective syntactic markers in data.adj: "g
 
 @functools.lru_cache(maxsize=4)
 def _lemma_table(wordnet: WordNetCorpusReader) -> _Synsets:
-    """(lowercase lemma, pos) -> lemma names of each synset it is in, parsed from the data files.
-
-    Building nltk ``Synset`` objects costs ~0.2 ms each (pointers, glosses); reading only the
-    lemma names of all 117k synsets once (~0.7 s) made a cold pass over 5k sentences ~10x faster.
-    """
+    """(lowercase lemma, pos) -> lemma names of each synset it is in, parsed from the data files:
+    nltk ``Synset`` objects cost ~0.2 ms each (pointers, glosses); reading only the lemma names of
+    all 117k synsets once (~0.7 s) made a cold pass over 5k sentences ~10x faster."""
     table: _Synsets = {}
     for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv")):
         with wordnet.abspath(f"data.{name}").open() as stream:
@@ -217,10 +200,8 @@ def _lemma_table(wordnet: WordNetCorpusReader) -> _Synsets:
 
 @functools.lru_cache(maxsize=200_000)
 def _synonyms(wordnet: WordNetCorpusReader, word: str) -> tuple[str, ...]:
-    """Lemma names of all synsets of ``word`` (lowercase), minus the word and its base forms.
-
-    A subset of ``wordnet.synsets(word)``'s lemma names: one base form per part of speech.
-    """
+    """Lemma names of all synsets of ``word`` (lowercase), minus the word and its base forms: a
+    subset of ``wordnet.synsets(word)``'s lemma names, one base form per part of speech."""
     forms = [(pos, wordnet.morphy(word, pos)) for pos in "nvar"]
     stems = {word} | {form for _, form in forms if form}
     table = _lemma_table(wordnet)
@@ -241,11 +222,8 @@ def synonym_substitute(
     max_words: int | None = None,
     wordnet: WordNetCorpusReader | None = None,
 ) -> str:
-    """Replace up to a fraction ``p`` (at least one) of eligible words with WordNet synonyms.
-
-    Eligible: alphabetic, two or more letters, not a stopword. Punctuation and whitespace are
-    kept as they are; a capitalised word gets a capitalised synonym.
-    """
+    """Replace up to a fraction ``p`` (at least one) of eligible words (alphabetic, two or more
+    letters, not a stopword) with WordNet synonyms; a capitalised word gets a capitalised synonym."""
     _check_fraction("p", p)
     tokens = _TOKEN.findall(text)
     eligible = [
@@ -272,18 +250,13 @@ def synonym_substitute(
 
 
 def word_deletion(text: str, rng: random.Random, p: float = 0.1) -> str:
-    """Delete each whitespace-separated word with probability ``p``; at least one word stays.
-
-    The kept words are joined by single spaces (as are crop's).
-    """
+    """Delete each whitespace-separated word with probability ``p``; at least one word stays. The
+    kept words are joined by single spaces (as are crop's)."""
     _check_fraction("p", p)
     words = text.split()
     if len(words) <= 1:
         return text
-    kept = [w for w in words if rng.random() >= p]
-    if not kept:
-        kept = [rng.choice(words)]
-    return " ".join(kept)
+    return " ".join([w for w in words if rng.random() >= p] or [rng.choice(words)])
 
 
 def crop(text: str, rng: random.Random, ratio: float = 0.1) -> str:
@@ -295,26 +268,6 @@ def crop(text: str, rng: random.Random, ratio: float = 0.1) -> str:
     span = min(max(1, round(ratio * len(words))), len(words) - 1)
     start = rng.randrange(len(words) - span + 1)
     return " ".join(words[:start] + words[start + span :])
-
-
-def augment_sentence(
-    text: str,
-    method: str,
-    rng: random.Random,
-    *,
-    synonym_p: float = 0.3,
-    deletion_p: float = 0.1,
-    crop_ratio: float = 0.1,
-    wordnet: WordNetCorpusReader | None = None,
-) -> str:
-    """One augmented view of ``text`` by ``method`` (one of ``METHODS``)."""
-    if method == "synonym":
-        return synonym_substitute(text, rng, p=synonym_p, wordnet=wordnet)
-    if method == "deletion":
-        return word_deletion(text, rng, p=deletion_p)
-    if method == "crop":
-        return crop(text, rng, ratio=crop_ratio)
-    raise UserError(f"unknown augmentation {method!r}: choose from {', '.join(METHODS)}")
 
 
 def augmented_views(
@@ -333,21 +286,17 @@ def augmented_views(
     depend on which other sentences or methods were asked for."""
     if method == "none":
         return list(texts)
+    if method not in METHODS:
+        raise UserError(f"unknown augmentation {method!r}: choose from {', '.join(METHODS)}")
     if method == "synonym" and wordnet is None:
         wordnet = ensure_wordnet()
+    views: dict[str, Callable[[str, random.Random], str]] = {
+        "synonym": lambda text, rng: synonym_substitute(text, rng, p=synonym_p, wordnet=wordnet),
+        "deletion": lambda text, rng: word_deletion(text, rng, p=deletion_p),
+        "crop": lambda text, rng: crop(text, rng, ratio=crop_ratio),
+    }
     rows = enumerate(tqdm(texts, desc=f"augment {method}", unit="sent", disable=not progress))
-    return [
-        augment_sentence(
-            text,
-            method,
-            random.Random(f"{seed}/{method}/{index}"),
-            synonym_p=synonym_p,
-            deletion_p=deletion_p,
-            crop_ratio=crop_ratio,
-            wordnet=wordnet,
-        )
-        for index, text in rows
-    ]
+    return [views[method](text, random.Random(f"{seed}/{method}/{index}")) for index, text in rows]
 
 
 def augment_corpus(
@@ -366,9 +315,9 @@ def augment_corpus(
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise UserError(f"unknown augmentation {unknown[0]!r}: choose from {', '.join(METHODS)}")
-    for name, value in (("synonym_p", synonym_p), ("deletion_p", deletion_p), ("crop_ratio", crop_ratio)):
-        _check_fraction(name, value)
     rates = {"synonym_p": synonym_p, "deletion_p": deletion_p, "crop_ratio": crop_ratio}
+    for name, value in rates.items():
+        _check_fraction(name, value)
     views = [augmented_views(texts, m, seed, **rates, wordnet=wordnet, progress=progress) for m in methods]
     out: list[str] = []
     for index, text in enumerate(texts):

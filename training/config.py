@@ -145,20 +145,14 @@ class TrainConfig:
             if getattr(self, name) <= 0 and not getattr(self, name.replace("epochs", "max_steps")):
                 raise UserError(f"--{name.replace('_', '-')} must be positive")
         self._validate_choices()
-        from training.teacher_ensemble import ensemble_weights
+        from training.teacher_targets import ensemble_weights
 
         ensemble_weights(self.ensemble_teachers)
         self.widths()
         return self
 
     def _validate_choices(self) -> None:
-        choices = {
-            "method": METHODS,
-            "init_projection": PROJECTION_INITS,
-            "student_arch": STUDENT_ARCHS,
-            "congen_teacher_space": CONGEN_TEACHER_SPACES,
-        }
-        for name, known in choices.items():
+        for name, known in CHOICES.items():
             if getattr(self, name) not in known:
                 flag = "method" if name == "method" else f"--{name.replace('_', '-')}"
                 raise UserError(f"unknown {flag} {getattr(self, name)!r} (known: {', '.join(known)})")
@@ -182,12 +176,15 @@ class TrainConfig:
         """The trained widths and their weights (just ``dim`` without ``--matryoshka``)."""
         from training.losses.matryoshka import Widths
 
-        try:
-            return Widths.parse(self.matryoshka, self.matryoshka_weights, self.dim)
-        except ValueError as error:
-            raise UserError(str(error)) from None
+        return Widths.parse(self.matryoshka, self.matryoshka_weights, self.dim)
 
 
+CHOICES = {
+    "method": METHODS,
+    "init_projection": PROJECTION_INITS,
+    "student_arch": STUDENT_ARCHS,
+    "congen_teacher_space": CONGEN_TEACHER_SPACES,
+}
 # The least value of each numeric setting that has one, and what a message says instead of "be
 # positive" / "be >= 0".
 FLOORS = dict.fromkeys(("dim", "n_sentences", "batch_size", "max_seq_len", "eval_every", "save_every"), 1)
@@ -292,8 +289,7 @@ def make_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
         raise UserError(f"unknown preset {preset!r} (known: {', '.join(PRESETS)})")
     base = PRESETS[preset] if preset else TrainConfig()
     kinds = {f.name: f.default for f in fields(TrainConfig)}
-    changes = {k: v for k, v in overrides.items() if v is not None and k in kinds}
-    for name, value in changes.items():
-        if isinstance(kinds[name], tuple):  # lists from a command line or JSON
-            changes[name] = tuple(value)
+    given = {k: v for k, v in overrides.items() if v is not None and k in kinds}
+    # Lists from a command line or JSON become the tuples the fields hold.
+    changes = {k: tuple(v) if isinstance(kinds[k], tuple) else v for k, v in given.items()}
     return replace(base, **changes).validate()

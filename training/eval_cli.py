@@ -1,13 +1,10 @@
 """The ``eval`` command: STS12-16, STS-B and SICK-R scores of a sentence encoder, as a table and JSON.
-
-scipy, torch and sentence-transformers are imported only when the command runs, so
-registering it costs the serving image nothing.
-"""
+scipy, torch and sentence-transformers are imported only when the command runs, so registering it costs
+the serving image nothing."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from functools import partial
@@ -23,38 +20,6 @@ from distilembed.artifacts import atomic_write_json, read_manifest
 from distilembed.errors import UserError
 from training.data.sts import load_sts_set, locate_sts_sets
 from training.teachers import load_sentence_encoder
-
-STDOUT = "-"
-
-
-def default_sts_dir() -> Path:
-    """``$DISTILEMBED_DATA_DIR/sts``: where the shared data keeps its STS sets."""
-    root = os.environ.get("DISTILEMBED_DATA_DIR")
-    if not root:
-        raise UserError("no STS directory: pass --sts-dir or set DISTILEMBED_DATA_DIR")
-    return Path(root).expanduser() / "sts"
-
-
-def model_size(model: Any) -> tuple[int | None, int | None]:
-    """(embedding dimension, parameter count) of a model, None where it cannot say."""
-    dim = None
-    for getter in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
-        if callable(getattr(model, getter, None)):
-            dim = getattr(model, getter)()
-            break
-    params = None
-    if callable(getattr(model, "parameters", None)):
-        params = sum(p.numel() for p in model.parameters())
-    return dim, params
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN (a constant prediction) becomes null: strict JSON has no NaN."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    return value
 
 
 def _encoder(
@@ -74,8 +39,11 @@ def _encoder(
     from training.trainer import resolve_device  # imports torch: only when the command runs
 
     encoder = load_sentence_encoder(model, device=resolve_device(device))
-    dim, params = model_size(encoder)
-    return dim, params, sentence_transformer_encoder(encoder, batch_size=batch_size), device
+    names = ("get_embedding_dimension", "get_sentence_embedding_dimension")
+    getter = next((getattr(encoder, name) for name in names if callable(getattr(encoder, name, None))), None)
+    parameters = getattr(encoder, "parameters", None)  # None where the model cannot say
+    params = sum(p.numel() for p in parameters()) if callable(parameters) else None
+    return getter() if getter else None, params, sentence_transformer_encoder(encoder, batch_size), device
 
 
 def eval_command(
@@ -106,12 +74,13 @@ def eval_command(
     """Evaluate a sentence encoder on the STS sets found (Spearman x100 of cosine, SimCSE protocol)."""
     from training.evaluation import evaluate_sts, format_table
 
-    to_stdout = json_out is not None and str(json_out) == STDOUT
+    to_stdout = json_out is not None and str(json_out) == "-"
     console = Console(stderr=to_stdout)
     status = Console(stderr=True)
 
-    root = sts_dir if sts_dir is not None else default_sts_dir()
-    located = locate_sts_sets(root)
+    if sts_dir is None and not os.environ.get("DISTILEMBED_DATA_DIR"):
+        raise UserError("no STS directory: pass --sts-dir or set DISTILEMBED_DATA_DIR")
+    located = locate_sts_sets(sts_dir or Path(os.environ["DISTILEMBED_DATA_DIR"]).expanduser() / "sts")
     sets = {name: load_sts_set(name, path) for name, path in located.items()}
     with status.status(f"loading model {model}"):
         dim, params, encode, runs_on = _encoder(model, device, variant, batch_size)
@@ -125,13 +94,12 @@ def eval_command(
         console=status,
         transient=True,
     ) as progress:
-        task = progress.add_task(f"STS: {next(iter(sets))}", total=len(sets))
-        names = list(sets)
+        names = [*sets, ""]  # the set each step starts on; "" once all are done
+        task = progress.add_task(f"STS: {names[0]}", total=len(sets))
 
         def advance(done: str) -> None:
-            following = names.index(done) + 1
-            label = f"STS: {names[following]}" if following < len(names) else "STS"
-            progress.update(task, advance=1, description=label)
+            following = names[names.index(done) + 1]
+            progress.update(task, advance=1, description=f"STS: {following}" if following else "STS")
 
         results = evaluate_sts(encode, sets, progress=advance)
     seconds = time.perf_counter() - started
@@ -140,21 +108,21 @@ def eval_command(
     # Never squeeze the numbers: a pipe or a narrow terminal gets the table's natural width.
     natural = Measurement.get(console, console.options.update_width(1000), table).maximum
     console.print(table, width=max(console.width, natural))
-    report = _json_safe(
-        {
-            "model": model,
-            "dim": dim,
-            "params": params,
-            "metric": "spearman x100 of cosine similarity",
-            "aggregation": "STS12-16: SentEval 'all' (one Spearman over the year's concatenated subsets); "
-            "Avg.: mean over the sets found",
-            **results,
-            "sources": {name: str(path) for name, path in located.items()},
-            "batch_size": batch_size,
-            "device": runs_on,
-            "seconds": round(seconds, 2),
-        }
-    )
+    report = {
+        "model": model,
+        "dim": dim,
+        "params": params,
+        "metric": "spearman x100 of cosine similarity",
+        "aggregation": "STS12-16: SentEval 'all' (one Spearman over the year's concatenated subsets); "
+        "Avg.: mean over the sets found",
+        **results,
+        "sources": {name: str(path) for name, path in located.items()},
+        "batch_size": batch_size,
+        "device": runs_on,
+        "seconds": round(seconds, 2),
+    }
+    # NaN (a constant prediction) becomes null: strict JSON has no NaN.
+    report = json.loads(json.dumps(report), parse_constant=lambda _: None)
     if to_stdout:
         typer.echo(json.dumps(report, indent=2))
     elif json_out is not None:

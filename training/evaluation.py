@@ -82,7 +82,6 @@ def memoised(encode: EncodeFn) -> EncodeFn:
 
 
 def evaluate_pairs(encode: EncodeFn, pairs: Sequence[STSPair]) -> float:
-    """Spearman x100 of cosine against gold for one list of pairs."""
     return spearman_x100(pair_cosines(encode, pairs), [p.score for p in pairs])
 
 
@@ -92,41 +91,26 @@ def vector_lookup(sentences: Sequence[str], vectors: np.ndarray) -> EncodeFn:
     return lambda texts: np.stack([rows[text] for text in texts])
 
 
-def evaluate_vectors(sentences: Sequence[str], vectors: np.ndarray, pairs: Sequence[STSPair]) -> float:
-    """``evaluate_pairs`` with every pair's sentences looked up among precomputed ``vectors``
-    (row i is ``sentences[i]``'s)."""
-    return evaluate_pairs(vector_lookup(sentences, vectors), pairs)
-
-
 def evaluate_sts(
     encode: EncodeFn,
     sets: Mapping[str, Sequence[STSPair] | Mapping[str, Sequence[STSPair]]],
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Score every set; ``progress(name)`` is called as each set finishes.
-
-    A set given as subsets (STS12-16) scores SentEval's 'all' as SimCSE reports it: one
-    Spearman over the concatenated predictions and gold of all subsets. Returns
-    ``{"scores": {set: x, ..., "Avg.": mean}, "subsets": {set: {subset: x}}, "pairs": {set: n}}``.
-    """
+    """Score every set; ``progress(name)`` is called as each set finishes. A set given as subsets (STS12-16)
+    scores SentEval's 'all' as SimCSE reports it: one Spearman over the concatenated predictions and gold of
+    all subsets. Returns ``{"scores": {set: x, ..., "Avg.": mean}, "subsets": {set: {subset: x}}, "pairs":
+    {set: n}}``."""
     scores: dict[str, float] = {}
     subsets: dict[str, dict[str, float]] = {}
     counts: dict[str, int] = {}
     for name, data in sets.items():
+        groups = data if isinstance(data, Mapping) else {name: data}
+        cosines = {subset: pair_cosines(encode, pairs) for subset, pairs in groups.items()}
         if isinstance(data, Mapping):
-            predicted: list[np.ndarray] = []
-            gold: list[float] = []
-            subsets[name] = {}
-            for subset, pairs in data.items():
-                cosines = pair_cosines(encode, pairs)
-                subsets[name][subset] = spearman_x100(cosines, [p.score for p in pairs])
-                predicted.append(cosines)
-                gold.extend(p.score for p in pairs)
-            scores[name] = spearman_x100(np.concatenate(predicted), gold)
-            counts[name] = len(gold)
-        else:
-            scores[name] = evaluate_pairs(encode, data)
-            counts[name] = len(data)
+            subsets[name] = {s: spearman_x100(c, [p.score for p in groups[s]]) for s, c in cosines.items()}
+        gold = [p.score for pairs in groups.values() for p in pairs]
+        scores[name] = spearman_x100(np.concatenate(list(cosines.values())), gold)
+        counts[name] = len(gold)
         if progress is not None:
             progress(name)
     if scores:
@@ -135,8 +119,6 @@ def evaluate_sts(
 
 
 def sentence_transformer_encoder(model: SentenceTransformer, batch_size: int = 64) -> EncodeFn:
-    """Adapt a SentenceTransformer (or anything with the same ``encode``) to :data:`EncodeFn`."""
-
     def encode(sentences: list[str]) -> np.ndarray:
         return np.asarray(
             model.encode(sentences, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
@@ -145,19 +127,10 @@ def sentence_transformer_encoder(model: SentenceTransformer, batch_size: int = 6
     return encode
 
 
-def evaluate_model_pairs(
-    model: SentenceTransformer, pairs: Sequence[STSPair], batch_size: int = 128
-) -> float:
-    """:func:`evaluate_pairs` for a SentenceTransformer (the STS-B dev score of training and soups)."""
-    return evaluate_pairs(sentence_transformer_encoder(model, batch_size=batch_size), pairs)
-
-
 def dev_scorer(dev_pairs: list[Any], widths: Widths) -> Any:
     """The selection score: STS-B dev; for a Matryoshka student its mean over the trained widths."""
 
     def dev_score(model: Any) -> float:
-        if not widths.nested:
-            return evaluate_model_pairs(model, dev_pairs)
         encode = memoised(sentence_transformer_encoder(model, batch_size=128))
         return float(np.mean([evaluate_pairs(truncated(encode, m), dev_pairs) for m in widths.widths]))
 
@@ -176,20 +149,22 @@ def matryoshka_scores(
         "widths": list(widths.widths),
         "weights": list(widths.weights),
         "selection": "mean STS-B dev over the widths" if widths.nested else "STS-B dev",
-        "scores": {str(m): {k: round(v, 2) for k, v in r["scores"].items()} for m, r in by_width.items()},
+        "scores": {str(m): rounded(r["scores"]) for m, r in by_width.items()},
     }
     return sts, report
 
 
-def final_scores(
-    best_dir: Path, device: str, sts_dir: Path, widths: Widths
-) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The best student, its STS scores at full width, and the Matryoshka report."""
+def rounded(scores: Mapping[str, float]) -> dict[str, float]:
+    return {name: round(value, 2) for name, value in scores.items()}
+
+
+def final_scores(best_dir: Path, device: str, sts_dir: Path, widths: Widths) -> tuple[Any, dict[str, Any]]:
+    """The best student, and its manifest's ``matryoshka`` report, ``scores`` and ``sts_subsets``."""
     from sentence_transformers import SentenceTransformer
 
     best = SentenceTransformer(str(best_dir), device=device)
     sts, report = matryoshka_scores(best, find_sts_sets(sts_dir), widths)
-    return best, sts, report
+    return best, {"matryoshka": report, "scores": rounded(sts["scores"]), "sts_subsets": sts["subsets"]}
 
 
 def format_params(params: int | None) -> str:

@@ -1,22 +1,18 @@
-"""``distilembed finetune``: the supervised second stage of IBKD and DistilCSE, applied to any
-finished checkpoint.
-
-The two-stage methods end with supervised contrastive fine-tuning on NLI triplets (anchor,
-entailment as positive, contradiction as hard negative; :mod:`training.methods.finetune`). This
-runs that stage alone on a checkpoint that one-stage methods (ConGen, HPD) wrote, so a distilled
-student takes the same supervised signal without training its first stage again. The student
-keeps its widths: a Matryoshka student is fine-tuned at each trained width with its weights.
-
-Selection is STS-B dev, step 0 included, so the result never scores below its source on dev.
-The run is resumable (``--resume``) and the output is an ordinary checkpoint whose manifest keeps
-the source's provenance plus a ``finetune`` record.
+"""``distilembed finetune``: the two-stage methods' supervised stage 2
+(:func:`training.methods.nli_finetune_stage`) alone, on any finished checkpoint, so a one-stage
+student (ConGen, HPD) takes the same supervised signal. A Matryoshka student is fine-tuned at each trained
+width with its weights. STS-B dev selects, step 0 included, so the result never scores below its source on
+dev; the run resumes (``--resume``).
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
+
+from sentence_transformers import SentenceTransformer
 
 from distilembed.artifacts import read_manifest, require_checkpoint, sha256_tree
 from distilembed.errors import UserError
@@ -25,8 +21,9 @@ from training.checkpoint import source_manifest, write_checkpoint
 from training.config import TrainConfig
 from training.data.sts import load_stsb_split
 from training.evaluation import dev_scorer, final_scores
+from training.methods import nli_finetune_stage
 from training.pipeline import StageClock, run_stages, stage_report, started_run
-from training.trainer import remove_workdir, resolve_device
+from training.trainer import resolve_device
 
 # What ``finetune`` may set: the stage-2 fields and the run's seed, device, data and Matryoshka weights.
 SHARED_FIELDS = {"seed", "device", "amp", "sts_dir", "exclude_text", "matryoshka_weights"}
@@ -60,14 +57,8 @@ def finetune_checkpoint(
     resume: bool = False,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Fine-tune ``source`` on NLI triplets into ``out``; ``overrides`` sets ``TrainConfig``'s
-    ``finetune_*`` fields (and seed, device, sts_dir, a Matryoshka student's ``matryoshka_weights``
-    over its trained widths); its ``exclude_text`` adds to the source's.
-    Returns the written manifest."""
-    from sentence_transformers import SentenceTransformer
-
-    from training.methods.finetune import nli_finetune_stage
-
+    """Fine-tune ``source`` on NLI triplets into ``out``, return its manifest. ``overrides`` sets
+    :data:`FINETUNE_FIELDS` of the source's ``TrainConfig``; its ``exclude_text`` adds to the source's."""
     overrides = {k: v for k, v in overrides.items() if k != "matryoshka_weights" or v is not None}
     unknown = set(overrides) - set(FINETUNE_FIELDS)
     if unknown:
@@ -95,7 +86,7 @@ def finetune_checkpoint(
         done = run_stages([stage], student, workdir=workdir, dev_score=dev_score, clock=clock, resume=resume)
     _, trainer, state = done[0]
     with clock.stage("evaluate"):
-        _, sts, matryoshka = final_scores(trainer.best_dir, device, sts_dir, widths)
+        _, scores = final_scores(trainer.best_dir, device, sts_dir, widths)
     report = stage_report(stage, state)
     manifest = {
         **{key: first[key] for key in ("teacher", "student", "data", "training", "whiten") if key in first},
@@ -107,12 +98,10 @@ def finetune_checkpoint(
             "source_dev_spearman": start_dev(state.curve),
             **report,
         },
-        "matryoshka": matryoshka,
-        "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
-        "sts_subsets": sts["subsets"],
+        **scores,
         "seconds": {**(first.get("seconds") or {}), **{f"finetune_{k}": v for k, v in clock.seconds.items()}},
     }
     curve = [{**point, "stage": stage.name} for point in state.curve]
     write_checkpoint(trainer.best_dir, out, manifest, curve, overwrite=overwrite)
-    remove_workdir(workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
     return read_manifest(out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,22 +14,23 @@ from typing import Any
 
 import numpy as np
 import torch
+from sentence_transformers import SentenceTransformer
 
 from distilembed.artifacts import atomic_write_json, require_checkpoint, sha256_file
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
 from training.checkpoint import write_checkpoint
 from training.config import TrainConfig
+from training.data.extra_text import augmented_sets, training_text
 from training.data.sts import distinct_sentences, load_stsb_split
 from training.data.text import content_hash
-from training.evaluation import dev_scorer, evaluate_vectors, final_scores
+from training.evaluation import dev_scorer, evaluate_pairs, final_scores, vector_lookup
 from training.losses.hpd import PCATargets
 from training.methods import MethodInputs, Stage, build_method_student, method_stages, student_layers
-from training.student import count_parameters
-from training.teacher_ensemble import AnyTeacher, build_teacher, ensemble_weights
+from training.student import init_projection
+from training.teacher_targets import AnyTeacher, build_teacher, ensemble_weights
 from training.teachers import resolve_model
-from training.trainer import LoopState, Trainer, remove_workdir, resolve_device
-from training.training_text import augmented_sets, training_text
+from training.trainer import LoopState, Trainer, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +84,11 @@ def prepare_dirs(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> 
 
 @contextmanager
 def started_run(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> Iterator[Path]:
-    """The run's work directory (:func:`prepare_dirs`), with torch seeded by ``cfg.seed``: the
-    student's new layers and dropout then repeat from one run of a command to the next.
-
-    A failure inside the block before the first snapshot (``state/loop.json``, what ``--resume``
-    continues from) removes a work directory this call made: the corrected command then needs no
-    ``--resume`` or manual delete, and loses nothing (teacher targets are cached outside it)."""
+    """The run's work directory (:func:`prepare_dirs`), with torch seeded by ``cfg.seed``: the student's new
+    layers and dropout then repeat from one run of a command to the next. A failure inside the block before
+    the first snapshot (``state/loop.json``, what ``--resume`` continues from) removes a work directory this
+    call made: the corrected command then needs no ``--resume`` or manual delete, and loses nothing (teacher
+    targets are cached outside it)."""
     made = not out.with_name(out.name + ".partial").exists()
     workdir = prepare_dirs(cfg, out, resume, overwrite)
     torch.manual_seed(cfg.seed)
@@ -95,29 +96,19 @@ def started_run(cfg: TrainConfig, out: Path, resume: bool, overwrite: bool) -> I
         yield workdir
     except BaseException:
         if made and not any(workdir.rglob("state/loop.json")):
-            remove_workdir(workdir)
+            shutil.rmtree(workdir, ignore_errors=True)
         raise
-
-
-def _reference_sentences(sts_dir: Path, split: str) -> tuple[list[Any], list[str]]:
-    pairs = load_stsb_split(sts_dir, split)
-    return pairs, distinct_sentences(pairs)
-
-
-def run_teacher(cfg: TrainConfig, device: str) -> AnyTeacher:
-    """The run's teacher: ``--teacher`` with any ``--ensemble-teacher`` members."""
-    batch, backend = cfg.teacher_batch_size, cfg.teacher_backend
-    return build_teacher(cfg.teacher, cfg.ensemble_teachers, device=device, batch_size=batch, backend=backend)
 
 
 def _teacher_reference(teacher: AnyTeacher, pca: PCATargets, sts_dir: Path) -> dict[str, float]:
     """The ceiling: the teacher's own STS-B dev/test Spearman, full-dim and after the PCA."""
     out: dict[str, float] = {}
     for split in ("dev", "test"):
-        pairs, sentences = _reference_sentences(sts_dir, split)
+        pairs = load_stsb_split(sts_dir, split)
+        sentences = distinct_sentences(pairs)
         full = np.asarray(teacher.targets(sentences)[0], dtype=np.float32)
         for name, vectors in (("full", full), (f"pca{len(pca.components)}", pca.transform(full))):
-            out[f"stsb_{split}_{name}"] = round(evaluate_vectors(sentences, vectors, pairs), 2)
+            out[f"stsb_{split}_{name}"] = round(evaluate_pairs(vector_lookup(sentences, vectors), pairs), 2)
     return out
 
 
@@ -131,8 +122,6 @@ def _warm_start_projection(
         return None
     if resume and (workdir / "state" / "loop.json").exists() and report_path.exists():
         return json.loads(report_path.read_text())
-    from training.projection_init import init_projection
-
     rng = np.random.default_rng(cfg.seed)
     sample = np.sort(rng.choice(len(texts), size=min(cfg.projection_sample, len(texts)), replace=False))
     report = init_projection(student, [texts[i] for i in sample], targets[torch.from_numpy(sample)].numpy())
@@ -145,8 +134,8 @@ def _snapshot_dir(cfg: TrainConfig, out: Path, resume: bool) -> Path | None:
     if not cfg.keep_snapshots:
         return None
     snapshots = out.with_name(f"{out.name}.snapshots")
-    if not resume:
-        remove_workdir(snapshots)  # a fresh run: an earlier run's snapshots must not join its soup
+    if not resume:  # a fresh run: an earlier run's snapshots must not join its soup
+        shutil.rmtree(snapshots, ignore_errors=True)
     return snapshots
 
 
@@ -163,8 +152,6 @@ def run_stages(
     """Train the stages in order; stage k > 0 starts from stage k-1's best (STS-B dev) student and
     keeps its own snapshots in ``workdir/<name>`` (stage 0 uses ``workdir`` itself), so ``--resume``
     continues whichever stage was interrupted."""
-    from sentence_transformers import SentenceTransformer
-
     done: list[tuple[Stage, Trainer, LoopState]] = []
     for index, stage in enumerate(stages):
         if done:
@@ -203,11 +190,7 @@ def stage_report(stage: Stage, state: LoopState) -> dict[str, Any]:
 
 
 def run_training(
-    cfg: TrainConfig,
-    out: Path,
-    data_dir: str | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
+    cfg: TrainConfig, out: Path, data_dir: str | None = None, resume: bool = False, overwrite: bool = False
 ) -> dict[str, Any]:
     clock = StageClock()
     device = resolve_device(cfg.device)
@@ -225,7 +208,10 @@ def run_training(
             texts, pca_texts = text.corpus, text.pca_fit
         with clock.stage("student"):
             student = build_method_student(cfg, texts, device)
-            teacher = run_teacher(cfg, device)
+            batch, backend = cfg.teacher_batch_size, cfg.teacher_backend
+            teacher = build_teacher(
+                cfg.teacher, cfg.ensemble_teachers, device=device, batch_size=batch, backend=backend
+            )
         with clock.stage("augment"):
             extra_sets = augmented_sets(texts, cfg) + text.more_sets()
         with clock.stage("teacher_targets"):
@@ -251,24 +237,24 @@ def run_training(
                 cfg, student, all_texts, targets, workdir=workdir, resume=resume
             )
         with clock.stage("method_setup"):
-            inputs = MethodInputs(
-                cfg, student, teacher, all_texts, [base, *aug_targets], pca, targets, device, data_dir
+            parts = [base, *aug_targets]
+            stages = method_stages(
+                MethodInputs(cfg, student, teacher, all_texts, parts, pca, targets, device, data_dir)
             )
-            stages = method_stages(inputs)
-
         widths = cfg.widths()
+        dev_score, snapshots = dev_scorer(dev_pairs, widths), _snapshot_dir(cfg, out, resume)
         done = run_stages(
             stages,
             student,
             workdir=workdir,
-            dev_score=dev_scorer(dev_pairs, widths),
+            dev_score=dev_score,
             clock=clock,
             resume=resume,
-            snapshot_dir=_snapshot_dir(cfg, out, resume),
+            snapshot_dir=snapshots,
         )
     _, trainer, state = done[-1]
     with clock.stage("evaluate"):
-        best, sts, matryoshka = final_scores(trainer.best_dir, device, sts_dir, widths)
+        best, scores = final_scores(trainer.best_dir, device, sts_dir, widths)
     manifest = {
         "method": cfg.method,
         "config": asdict(cfg),
@@ -283,7 +269,7 @@ def run_training(
             "init": cfg.student,
             "encoder": best[0].auto_model.config.model_type,
             "layers": student_layers(cfg),
-            "params": count_parameters(best),
+            "params": sum(p.numel() for p in best.parameters()),
             "dim": cfg.dim,
             "max_seq_len": cfg.max_seq_len,
         },
@@ -314,9 +300,7 @@ def run_training(
             "best_dev_spearman": round(state.best_dev, 2),
         },
         "stages": [stage_report(stage, st) for stage, _, st in done],
-        "matryoshka": matryoshka,
-        "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
-        "sts_subsets": sts["subsets"],
+        **scores,
         "seconds": clock.seconds,
     }
     curve, offset = [], 0
@@ -325,6 +309,6 @@ def run_training(
         offset += st.step
     with clock.stage("save"):
         write_checkpoint(trainer.best_dir, out, manifest, curve, overwrite=overwrite)
-    remove_workdir(workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
     manifest["seconds"] = clock.seconds
     return manifest

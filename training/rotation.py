@@ -1,22 +1,21 @@
-"""Matryoshka after training: a rotation of a student's output, fitted so that its first m
-coordinates make good m-dim embeddings, folded into the last Dense layer.
+"""Matryoshka after training: a rotation of a student's output, fitted so that its first m coordinates make
+good m-dim embeddings, folded into the last Dense layer.
 
-Matryoshka-Adaptor (Yoon, Chen, Arik, Pfister. *Matryoshka-Adaptor: Unsupervised and Supervised
-Tuning for Smaller Embedding Dimensions.* EMNLP 2024) learns a map of frozen embeddings after
-which their prefixes serve at lower widths. We restrict the map to a rotation R (d x d,
-``R R^T = I``): every cosine at the full width stays what it was, so the student's d-dim scores,
-and the vectors of an index built at full width, do not change; only what each prefix holds is
-learned. With labelled pairs (a, b, g) (STS-B train) and NLI triplets (x, x+, x-)::
+Matryoshka-Adaptor (Yoon, Chen, Arik, Pfister. *Matryoshka-Adaptor: Unsupervised and Supervised Tuning for
+Smaller Embedding Dimensions.* EMNLP 2024) learns a map of frozen embeddings after which their prefixes serve
+at lower widths. We restrict the map to a rotation R (d x d, ``R R^T = I``): every cosine at the full width
+stays what it was, so the student's d-dim scores, and the vectors of an index built at full width, do not
+change; only what each prefix holds is learned. With labelled pairs (a, b, g) (STS-B train) and NLI triplets
+(x, x+, x-)::
 
     L(R) = sum_{m in M, m < d} c_m [ -r(cos((a R)_{1:m}, (b R)_{1:m}), g) + lambda * L_CL((x R)_{1:m}) ]
 
-r is Pearson's correlation over all the pairs (:mod:`training.losses.correlation`), ``L_CL`` the
-fine-tuning stage's InfoNCE with in-batch and hard negatives (DistilCSE eq. 7, in batches of
-triplets), c_m the Matryoshka weights; the full width's term is constant and skipped. R is the
-matrix exponential of a skew-symmetric matrix (``torch.nn.utils.parametrizations.orthogonal``),
-starts at the identity, and is trained on the Dense outputs, computed once, so a step costs no
-encoder pass. The step kept is the one with the best mean STS-B dev over the widths (step 0, the
-identity, included). The fold is whitening's with a zero mean: ``A' = R^T A, b' = R^T b``.
+r is Pearson's correlation over all the pairs (:func:`pearson_loss`), ``L_CL`` the fine-tuning stage's InfoNCE
+with in-batch and hard negatives (DistilCSE eq. 7, in batches of triplets), c_m the Matryoshka weights; the
+full width's term is constant and skipped. R is the matrix exponential of a skew-symmetric matrix
+(``torch.nn.utils.parametrizations.orthogonal``), starts at the identity, and is trained on the Dense outputs,
+computed once, so a step costs no encoder pass. The step kept is the one with the best mean STS-B dev over the
+widths (step 0, the identity, included). The fold is whitening's with a zero mean: ``A' = R^T A, b' = R^T b``.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
+from sentence_transformers import SentenceTransformer
 from tqdm.auto import tqdm
 
 from distilembed.artifacts import require_checkpoint, sha256_tree
@@ -36,10 +36,9 @@ from distilembed.errors import UserError
 from training.checkpoint import save_checkpoint, source_manifest
 from training.data.pairs import Triplet
 from training.data.sts import STSPair
-from training.evaluation import EncodeFn, evaluate_pairs, matryoshka_scores, truncated, vector_lookup
-from training.losses.correlation import pearson_loss
+from training.evaluation import EncodeFn, evaluate_pairs, matryoshka_scores, rounded, truncated, vector_lookup
 from training.losses.distilcse import ContrastiveFinetuneLoss
-from training.losses.matryoshka import Widths, prefix
+from training.losses.matryoshka import Widths, matryoshka_loss, prefix
 from training.teachers import embedding_dimension
 from training.whitening import apply_whitening, dense_outputs
 
@@ -79,6 +78,25 @@ class RotationFit:
     curve: list[dict[str, float]]
 
 
+def pearson_loss(predicted: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """The STS score itself, made differentiable: with predictions ``x`` (the pairs' cosines) and gold
+    scores ``y`` over one batch (here the whole labelled pair set), both 1-d of one length >= 2::
+
+        L = -r(x, y),    r = sum_i (x_i - mean(x)) (y_i - mean(y)) / (||x - mean(x)|| ||y - mean(y)||)
+
+    Spearman's rank correlation, which the benchmarks report, has no gradient; Pearson's is its smooth
+    stand-in (as fitting the cosines directly, like sentence-transformers' ``CosineSimilarityLoss``, but
+    invariant to the cosines' scale and offset, which a rotation changes at every prefix width).
+    """
+    if predicted.ndim != 1 or predicted.shape != gold.shape or len(predicted) < 2:
+        raise ValueError(
+            f"want two 1-d tensors of one length >= 2, got {tuple(predicted.shape)}, {tuple(gold.shape)}"
+        )
+    x = predicted - predicted.mean()
+    y = gold.to(predicted.dtype) - gold.to(predicted.dtype).mean()
+    return -(x * y).sum() / (x.norm() * y.norm()).clamp_min(1e-12)
+
+
 def rotation_loss(
     pairs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
     triplets: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
@@ -88,10 +106,8 @@ def rotation_loss(
 ) -> torch.Tensor:
     """The docstring's L on already rotated vectors: ``pairs`` (left, right, gold), ``triplets``
     (anchor, positive, negative); widths below d only (the full width's term is constant)."""
-    terms = []
-    for width, weight in zip(widths.widths[1:], widths.weights[1:], strict=True):
-        if weight == 0:
-            continue
+
+    def at(width: int) -> torch.Tensor:
         term = torch.zeros(())
         if pairs is not None:
             left, right, gold = pairs
@@ -99,8 +115,9 @@ def rotation_loss(
             term = term + pearson_loss(cos, gold)
         if triplets is not None and triplet_weight > 0:
             term = term + triplet_weight * contrastive(*(prefix(x, width) for x in triplets))
-        terms.append(weight * term)
-    return torch.stack(terms).sum()
+        return term
+
+    return matryoshka_loss(at, Widths(widths.widths[1:], widths.weights[1:]))
 
 
 def orthogonalise(matrix: np.ndarray) -> np.ndarray:
@@ -126,15 +143,10 @@ def fit_rotation(
         layer.weight = torch.eye(dim)
     optimiser = torch.optim.Adam(layer.parameters(), lr=settings.lr)
     contrastive = ContrastiveFinetuneLoss(tau=settings.temperature)
-    as_tensor = lambda a: torch.as_tensor(a, dtype=torch.float32)  # noqa: E731
-    left, right, gold = as_tensor(data.left), as_tensor(data.right), as_tensor(data.gold)
-    anchor, positive, negative = as_tensor(data.anchor), as_tensor(data.positive), as_tensor(data.negative)
+    tensors = [torch.as_tensor(array, dtype=torch.float32) for array in vars(data).values()]
+    left, right, gold, anchor, positive, negative = tensors
     use_pairs, use_triplets = len(gold) > 1, len(anchor) > 0 and settings.triplet_weight > 0
     generator = torch.Generator().manual_seed(settings.seed)
-
-    def current() -> np.ndarray:
-        return orthogonalise(layer.weight.detach().double().numpy().T)
-
     start = score(np.eye(dim))
     best = (float(np.mean(list(start.values()))), 0, np.eye(dim), start)
     curve: list[dict[str, float]] = [{"step": 0, "dev_spearman": round(best[0], 2)}]
@@ -150,7 +162,7 @@ def fit_rotation(
         optimiser.step()
         point: dict[str, float] = {"step": step, "loss": round(loss.item(), 5)}
         if step % settings.eval_every == 0 or step == settings.steps:
-            rotation = current()
+            rotation = orthogonalise(layer.weight.detach().double().numpy().T)
             dev = score(rotation)
             mean = float(np.mean(list(dev.values())))
             point["dev_spearman"] = round(mean, 2)
@@ -177,24 +189,18 @@ def labelled_vectors(
     encode: EncodeFn, pairs: Sequence[STSPair], triplets: Sequence[Triplet]
 ) -> LabelledVectors:
     """Every distinct sentence of the fitting data through ``encode`` (the student's output), once."""
-    texts = sorted(
-        {p.sentence1 for p in pairs}
-        | {p.sentence2 for p in pairs}
-        | {s for t in triplets for s in (t.anchor, t.positive, t.negative)}
-    )
+    columns = [[p.sentence1 for p in pairs], [p.sentence2 for p in pairs]]
+    columns += [[t.anchor for t in triplets], [t.positive for t in triplets], [t.negative for t in triplets]]
+    texts = sorted({text for column in columns for text in column})
     rows = dict(zip(texts, np.asarray(encode(texts)), strict=True)) if texts else {}
     dim = next(iter(rows.values())).shape[0] if rows else 0
 
     def stack(items: Sequence[str]) -> np.ndarray:
         return np.stack([rows[s] for s in items]) if items else np.zeros((0, dim), dtype=np.float32)
 
+    left, right, anchor, positive, negative = map(stack, columns)
     return LabelledVectors(
-        stack([p.sentence1 for p in pairs]),
-        stack([p.sentence2 for p in pairs]),
-        np.array([p.score for p in pairs], dtype=np.float32),
-        stack([t.anchor for t in triplets]),
-        stack([t.positive for t in triplets]),
-        stack([t.negative for t in triplets]),
+        left, right, np.array([p.score for p in pairs], dtype=np.float32), anchor, positive, negative
     )
 
 
@@ -217,10 +223,7 @@ def fit_output_rotation(encode: EncodeFn, dim: int, request: RotationRequest) ->
     settings = request.settings
     if len(request.pairs) < 2 and not (request.triplets and settings.triplet_weight > 0):
         raise UserError("rotate needs labelled pairs (--pairs) or triplets with --triplet-weight > 0")
-    try:
-        widths = Widths.parse(request.widths or [dim, dim // 2, dim // 4], request.weights, dim)
-    except ValueError as error:
-        raise UserError(str(error)) from None
+    widths = Widths.parse(request.widths or [dim, dim // 2, dim // 4], request.weights, dim)
     if not widths.nested:
         raise UserError(f"--matryoshka needs a width below the student's {dim}")
     if not any(widths.weights[1:]):
@@ -249,8 +252,6 @@ def rotate_checkpoint(
     source: Path, out: Path, request: RotationRequest, sts_sets: Mapping[str, Any], overwrite: bool = False
 ) -> dict[str, Any]:
     """Write ``out``: ``source`` with the fitted rotation folded into its last Dense layer."""
-    from sentence_transformers import SentenceTransformer
-
     require_checkpoint(source)
     model = SentenceTransformer(str(source), device="cpu")
     dim = embedding_dimension(model)
@@ -263,7 +264,7 @@ def rotate_checkpoint(
     manifest = {
         **{key: first[key] for key in CARRIED if key in first},
         "method": first.get("method", "unknown"),
-        "scores": {k: round(v, 2) for k, v in sts["scores"].items()},
+        "scores": rounded(sts["scores"]),
         "matryoshka": {**matryoshka, "fitted_by": "rotate"},  # widths are nested: selection is the mean
         "rotate": rotation_record(source, fit, request),
     }

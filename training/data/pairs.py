@@ -1,27 +1,62 @@
-"""Sentence-pair and triplet corpora: SimCSE NLI csv, SentEval SNLI, Quora duplicate questions."""
+"""Sentence-pair and triplet corpora: SimCSE NLI csv, SentEval SNLI, Quora duplicate questions, and
+NLI triplets from the Hugging Face Hub (``hf:ID``, through the ``datasets`` library)."""
 
 from __future__ import annotations
 
 import csv
 import gzip
+import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 from typing import TextIO
 
 from distilembed.errors import UserError
 from distilembed.paths import resolve_data_path
-from training.data.records import NLIPair, Pair, Triplet
 from training.data.text import RowLog
 
+log = logging.getLogger(__name__)
 TRIPLET_HEADER = ("sent0", "sent1", "hard_neg")
+HUB_COLUMNS = ("anchor", "positive", "negative")
 NLI_LABELS = frozenset({"entailment", "neutral", "contradiction"})
+
+
+@dataclass(frozen=True, slots=True)
+class Triplet:
+    """An anchor, a sentence that means the same, and a hard negative."""
+
+    anchor: str
+    positive: str
+    negative: str
+
+    def texts(self) -> tuple[str, str, str]:
+        return self.anchor, self.positive, self.negative
+
+
+@dataclass(frozen=True, slots=True)
+class NLIPair:
+    """A premise/hypothesis pair with its gold label (entailment, neutral or contradiction)."""
+
+    premise: str
+    hypothesis: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """Two texts with a score or class label; ``id`` is the source's pair id, when it has one."""
+
+    text1: str
+    text2: str
+    label: float
+    id: str = ""
 
 
 def _open(path: Path, newline: str) -> TextIO:
     # newline="" for the csv module (quoted fields may span lines); utf-8-sig drops a leading BOM.
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace", newline=newline)
-    return open(path, encoding="utf-8-sig", errors="replace", newline=newline)
+    opener = gzip.open if path.suffix == ".gz" else open
+    return opener(path, "rt", encoding="utf-8-sig", errors="replace", newline=newline)
 
 
 def _check_file(path: str | Path, what: str, suffix: str) -> Path:
@@ -89,10 +124,8 @@ def read_senteval_snli(directory: str | Path, split: str) -> list[NLIPair]:
     files = [directory / f"{name}.{split}" for name in ("s1", "s2", "labels")]
     premises, hypotheses, labels = (_read_lines(file) for file in files)
     if not len(premises) == len(hypotheses) == len(labels):
-        counts = ", ".join(
-            f"{file.name}: {n}"
-            for file, n in zip(files, map(len, (premises, hypotheses, labels)), strict=True)
-        )
+        lengths = map(len, (premises, hypotheses, labels))
+        counts = ", ".join(f"{file.name}: {n}" for file, n in zip(files, lengths, strict=True))
         raise UserError(f"SNLI files of split {split!r} in {directory} differ in line count ({counts})")
     rows = RowLog(files[2])
     out: list[NLIPair] = []
@@ -113,17 +146,11 @@ def read_senteval_snli(directory: str | Path, split: str) -> list[NLIPair]:
 def snli_to_triplets(pairs: Sequence[NLIPair]) -> list[Triplet]:
     """SimCSE's recipe: per run of one premise, the i-th entailment with the i-th contradiction."""
     out: list[Triplet] = []
-    start = 0
-    while start < len(pairs):
-        premise = pairs[start].premise
-        end = start
-        while end < len(pairs) and pairs[end].premise == premise:
-            end += 1
-        group = pairs[start:end]
+    for premise, run in groupby(pairs, key=lambda pair: pair.premise):
+        group = list(run)
         positives = [pair.hypothesis for pair in group if pair.label == "entailment"]
         negatives = [pair.hypothesis for pair in group if pair.label == "contradiction"]
         out.extend(Triplet(premise, pos, neg) for pos, neg in zip(positives, negatives, strict=False))
-        start = end
     return out
 
 
@@ -153,9 +180,7 @@ def read_quora_pairs(path: str | Path) -> list[Pair]:
 
 def _snli_triplets(directory: Path, splits: Sequence[str]) -> list[Triplet]:
     # Per split, so a premise run never spans two splits.
-    out: list[Triplet] = []
-    for split in splits:
-        out.extend(snli_to_triplets(read_senteval_snli(directory, split)))
+    out = [t for split in splits for t in snli_to_triplets(read_senteval_snli(directory, split))]
     if not out:
         raise UserError(f"no entailment/contradiction triplets in {directory} ({'+'.join(splits)})")
     return out
@@ -164,8 +189,6 @@ def _snli_triplets(directory: Path, splits: Sequence[str]) -> list[Triplet]:
 def load_triplets(source: str, data_root: str | Path | None = None) -> list[Triplet]:
     """Triplets from a SimCSE csv, an SNLI dir (``DIR`` or ``DIR:SPLIT[+SPLIT]``) or ``hf:ID[:SPLIT]``."""
     if source.startswith("hf:"):
-        from training.data.hub import load_hf_triplets
-
         dataset_id, _, split = source.removeprefix("hf:").partition(":")
         if not dataset_id:
             raise UserError(f"no dataset id in {source!r} (want hf:OWNER/NAME)")
@@ -186,3 +209,37 @@ def load_triplets(source: str, data_root: str | Path | None = None) -> list[Trip
         if directory.is_dir():
             return _snli_triplets(directory, splits_text.split("+"))
     raise UserError(f"triplet source not found: {path}")
+
+
+def load_hf_triplets(dataset_id: str, subset: str | None = "triplet", split: str = "train") -> list[Triplet]:
+    """(anchor, positive, negative) triplets of a hub dataset, e.g. ``sentence-transformers/all-nli``;
+    a failure to load is a one-line UserError."""
+    try:
+        import datasets
+    except ImportError as exc:
+        raise UserError(
+            f"loading {dataset_id!r} needs the 'datasets' package (pip install 'distilembed[train]'); "
+            "or pass a local file"
+        ) from exc
+    try:
+        dataset = datasets.load_dataset(dataset_id, subset, split=split)
+    except Exception as exc:  # offline, unknown id, bad subset or split: all one message
+        name = dataset_id + (f" ({subset})" if subset else "")
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise UserError(
+            f"could not load {name} split {split!r} from the Hugging Face Hub: the hub is unreachable "
+            f"or the id is unknown ({reason}); pass a local file instead"
+        ) from exc
+    missing = [name for name in HUB_COLUMNS if name not in dataset.column_names]
+    if missing:
+        raise UserError(
+            f"{dataset_id} has no column {', '.join(missing)} (columns: {', '.join(dataset.column_names)})"
+        )
+    values = [dataset[column] for column in HUB_COLUMNS]
+    rows = [["" if v is None else str(v).strip() for v in row] for row in zip(*values, strict=True)]
+    out = [Triplet(*texts) for texts in rows if all(texts)]
+    if len(out) < len(rows):
+        log.warning("%s: skipped %d malformed rows (empty text)", dataset_id, len(rows) - len(out))
+    if not out:
+        raise UserError(f"no triplets in {dataset_id}")
+    return out

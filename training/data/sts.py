@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,26 +64,39 @@ def _nonempty(pairs: list[STSPair], path: Path) -> list[STSPair]:
     return pairs
 
 
-def _stsb_rows(path: str | Path) -> list[tuple[str, STSPair]]:
-    """(genre, pair) per usable line of an STS Benchmark csv, in file order."""
-    path = Path(path)
-    skips = RowLog(path)
-    rows: list[tuple[str, STSPair]] = []
-    for lineno, line in _lines(path):
+def _tab_pairs(
+    path: Path,
+    lines: Iterable[tuple[int, str]],
+    want: int,
+    columns: tuple[int, int, int],
+    exact: bool = False,
+) -> list[tuple[list[str], STSPair]]:
+    """(fields, pair) per usable tab-separated line, ``columns`` the two sentences' and the score's;
+    a line with fewer than ``want`` fields (with ``exact``, other than ``want``) or a bad score is
+    skipped with a warning."""
+    skips, rows = RowLog(path), []
+    first, second, gold = columns
+    for lineno, line in lines:
         if not line.strip():
             continue
         fields = line.split("\t")
-        if len(fields) < STSB_FIELDS:
-            skips.skip(lineno, f"{len(fields)} fields, want {STSB_FIELDS}")
+        if len(fields) < want or (exact and len(fields) != want):
+            skips.skip(lineno, f"{len(fields)} fields, want {want}")
             continue
-        score = _score(fields[4])
+        score = _score(fields[gold])
         if score is None:
-            skips.skip(lineno, f"bad score {fields[4]!r}")
+            skips.skip(lineno, f"bad score {fields[gold]!r}")
             continue
-        rows.append((fields[0].strip(), STSPair(fields[5].strip(), fields[6].strip(), score)))
+        rows.append((fields, STSPair(fields[first].strip(), fields[second].strip(), score)))
     skips.finish()
     _nonempty([pair for _, pair in rows], path)
     return rows
+
+
+def _stsb_rows(path: str | Path) -> list[tuple[str, STSPair]]:
+    """(genre, pair) per usable line of an STS Benchmark csv, in file order."""
+    rows = _tab_pairs(Path(path), _lines(Path(path)), STSB_FIELDS, (5, 6, 4))
+    return [(fields[0].strip(), pair) for fields, pair in rows]
 
 
 def read_stsb(path: str | Path) -> list[STSPair]:
@@ -97,8 +111,6 @@ def read_scored_pairs(path: str | Path) -> list[STSPair]:
     """Labelled pairs of any scale: an STS Benchmark csv, or a csv / tsv whose header names the
     columns ``sentence1``, ``sentence2`` and ``score`` (sentence-transformers' STS datasets' names;
     other columns are ignored). Rows without a numeric score are skipped with a warning."""
-    import csv
-
     path = Path(path)
     if not path.is_file():
         raise UserError(f"STS file not found: {path}")
@@ -135,38 +147,25 @@ def read_stsb_by_genre(path: str | Path) -> dict[str, list[STSPair]]:
 
 
 def _read_senteval_subset(directory: Path, subset: str) -> list[STSPair]:
-    inputs = directory / f"STS.input.{subset}.txt"
-    gold_path = directory / f"STS.gs.{subset}.txt"
-    sentences = list(_lines(inputs))
-    gold = list(_lines(gold_path))
+    inputs, gold_path = directory / f"STS.input.{subset}.txt", directory / f"STS.gs.{subset}.txt"
+    sentences, gold = list(_lines(inputs)), list(_lines(gold_path))
     if len(sentences) != len(gold):
         raise UserError(f"{inputs} has {len(sentences)} lines but {gold_path} has {len(gold)}")
-    skips = RowLog(inputs)
-    pairs: list[STSPair] = []
-    for (lineno, line), (_, gold_line) in zip(sentences, gold, strict=True):
-        if not gold_line.strip():
-            continue  # unrated pair: SentEval drops these
-        score = _score(gold_line.strip())
-        if score is None:
-            skips.skip(lineno, f"bad gold score {gold_line!r} in {gold_path.name}")
-            continue
-        # Raw STS16 input lines carry two source columns after the sentences.
-        fields = line.split("\t")
-        if len(fields) < 2:
-            skips.skip(lineno, f"{len(fields)} field(s), want 2")
-            continue
-        pairs.append(STSPair(fields[0].strip(), fields[1].strip(), score))
-    skips.finish()
-    return _nonempty(pairs, inputs)
+    # An unrated pair (blank gold) is dropped, as SentEval does. Each line gets its gold score in front;
+    # raw STS16 lines carry two source columns after the sentences.
+    rated = [
+        (n, f"{score}\t{line}")
+        for (n, line), (_, score) in zip(sentences, gold, strict=True)
+        if score.strip()
+    ]
+    return [pair for _, pair in _tab_pairs(inputs, rated, 3, (1, 2, 0))]
 
 
 def read_senteval_sts(
     directory: str | Path, subsets: Sequence[str] | None = None
 ) -> dict[str, list[STSPair]]:
-    """One SentEval STS year folder: ``STS.input.<subset>.txt`` + ``STS.gs.<subset>.txt``.
-
-    ``subsets`` defaults to every ``STS.input.*.txt`` in the folder, in name order.
-    """
+    """One SentEval STS year folder: ``STS.input.<subset>.txt`` + ``STS.gs.<subset>.txt``. ``subsets``
+    defaults to every ``STS.input.*.txt`` in the folder, in name order."""
     directory = Path(directory)
     if not directory.is_dir():
         raise UserError(f"STS folder not found: {directory}")
@@ -186,23 +185,8 @@ def read_sick(path: str | Path) -> list[STSPair]:
     wanted = ("sentence_A", "sentence_B", "relatedness_score")
     if not all(name in header for name in wanted):
         raise UserError(f"not a SICK file (header lacks {', '.join(wanted)}): {path}")
-    col_a, col_b, col_score = (header.index(name) for name in wanted)
-    skips = RowLog(path)
-    pairs: list[STSPair] = []
-    for lineno, line in lines:
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) != len(header):
-            skips.skip(lineno, f"{len(fields)} fields, want {len(header)}")
-            continue
-        score = _score(fields[col_score])
-        if score is None:
-            skips.skip(lineno, f"bad score {fields[col_score]!r}")
-            continue
-        pairs.append(STSPair(fields[col_a].strip(), fields[col_b].strip(), score))
-    skips.finish()
-    return _nonempty(pairs, path)
+    columns = (header.index(wanted[0]), header.index(wanted[1]), header.index(wanted[2]))
+    return [pair for _, pair in _tab_pairs(path, lines, len(header), columns, exact=True)]
 
 
 def _walk(root: Path, depth: int) -> Iterator[Path]:
@@ -226,10 +210,8 @@ def _stsb_rank(path: Path) -> tuple[int, int]:
 
 
 def locate_sts_sets(sts_dir: str | Path) -> dict[str, Path]:
-    """Find the known STS sets under ``sts_dir`` (a few levels deep), in table order.
-
-    Values are the STS12-16 year folders, the STS-B test csv and the SICK test file.
-    """
+    """Find the known STS sets under ``sts_dir`` (a few levels deep), in table order. Values are the STS12-16
+    year folders, the STS-B test csv and the SICK test file."""
     root = Path(sts_dir).expanduser()
     if not root.is_dir():
         raise UserError(f"STS directory not found: {root}")

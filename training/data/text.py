@@ -39,12 +39,6 @@ class RowLog:
             log.warning("%s: %d lines had invalid UTF-8", self.path, self.replaced)
 
 
-def _open_text(path: Path):  # noqa: ANN202 - a text handle
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="\n")
-    return open(path, encoding="utf-8", errors="replace", newline="\n")
-
-
 def iter_sentences(path: str | Path) -> Iterator[str]:
     """Yield stripped non-empty lines; undecodable bytes become U+FFFD and are counted."""
     path = Path(path)
@@ -53,7 +47,8 @@ def iter_sentences(path: str | Path) -> Iterator[str]:
     if path.suffix not in {".txt", ".gz"} or (path.suffix == ".gz" and not path.stem.endswith(".txt")):
         raise UserError(f"unknown corpus format (want .txt or .txt.gz): {path}")
     rows = RowLog(path)
-    with _open_text(path) as handle:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8", errors="replace", newline="\n") as handle:
         for lineno, line in enumerate(handle, 1):
             text = line.strip()
             if text:
@@ -63,10 +58,9 @@ def iter_sentences(path: str | Path) -> Iterator[str]:
 
 
 def read_sentences(path: str | Path, limit: int | None = None, skip: int = 0) -> list[str]:
-    """``limit`` sentences of a corpus after its first ``skip``; nothing to return is an error.
-
-    ``skip`` selects a later slice of a big corpus, e.g. fresh sentences for more training on top of
-    a run whose first slice (and its cached teacher targets) is already used."""
+    """``limit`` sentences of a corpus after its first ``skip``; nothing to return is an error. ``skip``
+    selects a later slice of a big corpus, e.g. fresh sentences for more training on top of a run whose first
+    slice (and its cached teacher targets) is already used."""
     if skip < 0:
         raise UserError(f"--skip-sentences must not be negative, got {skip}")
     out = list(islice(iter_sentences(path), skip, None if limit is None else skip + limit))
@@ -81,6 +75,5 @@ def content_hash(texts: list[str]) -> str:
     """Order-sensitive sha256 of a list of texts: the identity of a corpus sample."""
     digest = hashlib.sha256()
     for text in texts:
-        digest.update(text.encode("utf-8"))
-        digest.update(b"\n")
+        digest.update(text.encode("utf-8") + b"\n")
     return digest.hexdigest()

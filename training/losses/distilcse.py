@@ -3,23 +3,10 @@
 Wu, Gao, Wang, Zang, Wang, Hu. *DistilCSE: Effective Knowledge Distillation For Contrastive
 Sentence Embeddings.* arXiv 2112.05638 (first titled *DisCo*), 2021.
 
-Stage 1 (section 3.1) distils on unlabelled text, either by
-
-- KD, eq. 3: ``L_KD = sum_i MSE(M h_i^S, h_i^T)`` with M a learnable linear map from the student's
-  width to the teacher's (we average over the batch instead of summing: a constant factor), or
-- CKD, eq. 6 (eq. 4-5 without M): InfoNCE with the teacher embedding of the same sentence as the
-  positive and the teacher embeddings of the other in-batch sentences plus a memory-bank queue of
-  teacher embeddings from the preceding mini-batches (size Q, section 4.2: 65536) as negatives::
-
-      L_CKD = -log( e^{f(M h_i^S, h_i^T)/tau} /
-                    (sum_j^N e^{f(M h_i^S, h_j^T)/tau} + sum_q^Q e^{f(M h_i^S, h_q^T)/tau}) )
-
-  with f the cosine similarity.
-
-Stage 2 (section 3.2, eq. 7) fine-tunes the student alone, SimCSE-style, on NLI triplets
-(anchor, entailment as positive, contradiction as hard negative)::
-
-    L_CL = -log( e^{f(h_i, h_i^+)/tau} / sum_j^N (e^{f(h_i, h_j^+)/tau} + e^{f(h_i, h_j^-)/tau}) )
+Stage 1 (section 3.1) distils on unlabelled text by KD (eq. 3, :func:`kd_loss`) or CKD (eq. 6,
+:func:`ckd_loss`) through M, a learnable linear map from the student's width to the teacher's.
+Stage 2 (section 3.2, eq. 7, :func:`contrastive_finetune_loss`) fine-tunes the student alone,
+SimCSE-style, on NLI triplets (anchor, entailment as positive, contradiction as hard negative).
 
 The paper does not state tau; it follows SimCSE (Gao et al. 2021) for stage 2, whose supervised
 temperature is 0.05, and we use 0.05 for CKD as well.
@@ -31,33 +18,32 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from training.losses import MemoryBank, check_shapes
 from training.losses.matryoshka import Widths, matryoshka_loss, prefix_linear
-from training.losses.queue import MemoryBank
 
 TAU = 0.05
 QUEUE_SIZE = 65536
 
 
 def kd_loss(projected: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """Eq. 3: mean-squared error of ``M h^S`` against ``h^T`` (mean over dimensions and the batch)."""
-    if projected.shape != teacher.shape:
-        raise ValueError(f"student {tuple(projected.shape)} and teacher {tuple(teacher.shape)} differ")
+    """Eq. 3, ``L_KD = sum_i MSE(M h_i^S, h_i^T)``, averaged over the batch instead of summed (a
+    constant factor): the mean over dimensions and the batch."""
+    check_shapes(projected, teacher)
     return F.mse_loss(projected, teacher)
 
 
 def ckd_loss(
-    projected: torch.Tensor,
-    teacher: torch.Tensor,
-    queue: torch.Tensor | None = None,
-    tau: float = TAU,
+    projected: torch.Tensor, teacher: torch.Tensor, queue: torch.Tensor | None = None, tau: float = TAU
 ) -> torch.Tensor:
-    """Eq. 6: InfoNCE of ``M h_i^S`` against [teacher batch; queue], positive ``h_i^T``.
+    """Eq. 6 (eq. 4-5 without M), f the cosine: the teacher embedding of the same sentence is the positive;
+    the other in-batch ones and a memory bank of Q earlier ones (section 4.2: 65536) the negatives::
 
-    projected, teacher: (N, D); queue: (Q, D) teacher embeddings of earlier batches (or None / empty).
-    The queue is treated as constant (it is a detached memory bank).
+        L_CKD = -log( e^{f(M h_i^S, h_i^T)/tau} /
+                      (sum_j^N e^{f(M h_i^S, h_j^T)/tau} + sum_q^Q e^{f(M h_i^S, h_q^T)/tau}) )
+
+    projected (``M h^S``), teacher: (N, D); queue: (Q, D), constant, or None / empty.
     """
-    if projected.shape != teacher.shape:
-        raise ValueError(f"student {tuple(projected.shape)} and teacher {tuple(teacher.shape)} differ")
+    check_shapes(projected, teacher)
     keys = teacher if queue is None or len(queue) == 0 else torch.cat([teacher, queue.to(teacher)])
     logits = F.normalize(projected, dim=-1) @ F.normalize(keys, dim=-1).T / tau
     return F.cross_entropy(logits, torch.arange(projected.shape[0], device=projected.device))
@@ -66,14 +52,13 @@ def ckd_loss(
 def contrastive_finetune_loss(
     anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor, tau: float = TAU
 ) -> torch.Tensor:
-    """Eq. 7: supervised SimCSE loss; every in-batch positive and hard negative is in the denominator.
+    """Eq. 7, supervised SimCSE: every in-batch positive and hard negative is in the denominator::
+
+        L_CL = -log( e^{f(h_i, h_i^+)/tau} / sum_j^N (e^{f(h_i, h_j^+)/tau} + e^{f(h_i, h_j^-)/tau}) )
 
     anchor, positive, negative: (N, d) student embeddings of the NLI triplets.
     """
-    if not anchor.shape == positive.shape == negative.shape:
-        raise ValueError(
-            f"shapes differ: {tuple(anchor.shape)}, {tuple(positive.shape)}, {tuple(negative.shape)}"
-        )
+    check_shapes(anchor, positive, negative)
     a = F.normalize(anchor, dim=-1)
     keys = F.normalize(torch.cat([positive, negative]), dim=-1)
     logits = a @ keys.T / tau  # (N, 2N): columns 0..N-1 positives, N..2N-1 hard negatives
@@ -82,13 +67,9 @@ def contrastive_finetune_loss(
 
 class DistilCSELoss(nn.Module):
     """Stage 1: holds M (student width -> teacher width) and, for CKD, the teacher memory bank.
-
-    ``forward(student, teacher)``: student (N, d) the projected, not yet normalised student output;
-    teacher (N, D) the teacher's embeddings of the same sentences. With ``contrastive=True`` (CKD)
-    the current batch's teacher embeddings are enqueued after the loss is computed, so a batch is
-    never its own queued negative. Pass ``list(loss.parameters())`` to the Trainer as
-    ``extra_params`` (M is training-only) and save ``loss.bank.state_dict()`` for resume.
-    """
+    ``forward(student, teacher)``: student (N, d) the projected, not yet normalised student output; teacher
+    (N, D) the teacher's embeddings of the same sentences. CKD enqueues the batch's teacher embeddings after
+    the loss, so a batch is never its own queued negative."""
 
     def __init__(
         self,
@@ -111,16 +92,16 @@ class DistilCSELoss(nn.Module):
         vector through its first m columns; the teacher side stays full width."""
         student = student.float()
         teacher = teacher.to(student.dtype)
-        queue = self.bank.vectors() if self.contrastive and self.bank is not None else None  # order-free
+        queue = self.bank.vectors() if self.bank is not None else None  # order-free
 
         def at(m: int) -> torch.Tensor:
             projected = prefix_linear(student, self.project, m)
-            if not self.contrastive:
-                return kd_loss(projected, teacher)
-            return ckd_loss(projected, teacher, queue, self.tau)
+            if self.contrastive:
+                return ckd_loss(projected, teacher, queue, self.tau)
+            return kd_loss(projected, teacher)
 
         loss = matryoshka_loss(at, widths or Widths.full(student.shape[-1]))
-        if self.contrastive and self.bank is not None and self.training:
+        if self.bank is not None and self.training:
             self.bank.enqueue(teacher)  # after the loss: a batch is never its own queued negative
         return loss
 

@@ -1,11 +1,10 @@
 """Homomorphic Projective Distillation (HPD).
 
-Zhao, Yu, Wu, Li. *Compressing Sentence Representation for Semantic Retrieval via
-Homomorphic Projective Distillation.* Findings of ACL 2022.
+Zhao, Yu, Wu, Li. *Compressing Sentence Representation for Semantic Retrieval via Homomorphic Projective
+Distillation.* Findings of ACL 2022.
 
-The teacher's mean-pooled embedding is reduced by a fixed PCA,
-``h_t = W_t^T (e_t - mean)`` (Algorithm 1); the student gets a learnable projection
-``h_s = W_s^T e_s + b_s``; the loss is eq. 2::
+The teacher's mean-pooled embedding is reduced by a fixed PCA, ``h_t = W_t^T (e_t - mean)`` (Algorithm 1); the
+student gets a learnable projection ``h_s = W_s^T e_s + b_s``; the loss is eq. 2::
 
     L = 1/M * sum_i || h_s_i - h_t_i ||_2^2
 """
@@ -17,11 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from training.losses import check_shapes
+
 
 def hpd_loss(student: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Eq. 2: squared L2 distance summed over dimensions, averaged over the batch."""
-    if student.shape != target.shape:
-        raise ValueError(f"student {tuple(student.shape)} and target {tuple(target.shape)} differ")
+    check_shapes(student, target)
     return (student - target).pow(2).sum(dim=-1).mean()
 
 
@@ -41,8 +41,8 @@ class PCATargets:
             raise ValueError(f"cannot fit {dim} components on {embeddings.shape} embeddings")
         pca = PCA(n_components=dim, random_state=seed, svd_solver="auto")
         pca.fit(np.asarray(embeddings, dtype=np.float32))
-        ratio = pca.explained_variance_ratio_.astype(np.float64)
-        return cls(pca.mean_.astype(np.float32), pca.components_.astype(np.float32), ratio.astype(np.float32))
+        ratio = pca.explained_variance_ratio_.astype(np.float32)
+        return cls(pca.mean_.astype(np.float32), pca.components_.astype(np.float32), ratio)
 
     def transform(self, embeddings: np.ndarray, batch: int = 65536) -> np.ndarray:
         out = np.empty((len(embeddings), len(self.components)), dtype=np.float32)

@@ -3,33 +3,15 @@
 Zhang, Long, Li, Xie. *Text Representation Distillation via Information Bottleneck Principle.* 2023.
 Reference code: github.com/Alibaba-NLP/IBKD.
 
-Section 3, eq. 1: maximise I(S, T) and minimise I(X, S). The first term is bounded from below
-by InfoNCE (section 3.1, eq. 2-5) over in-batch negatives::
-
-    L_nce = -1/n sum_i log( exp(f(s_i, t_i)/tau) / sum_j exp(f(s_i, t_j)/tau) )
-
-where the paper writes ``f(s, t) = s^T W t`` with a learnable W aligning the student and teacher
-widths; like the reference code we use the cosine of ``W s`` and ``t``. The second term is
-replaced by the Hilbert-Schmidt independence criterion (section 3.2, eq. 6-7)::
-
-    HSIC(X, S) = tr(K_X H K_S H) / (m - 1)^2,   H = I - 1/m 11^T,   K(a, b) = exp(-gamma ||a - b||^2)
-
-(eq. 6 prints 1/l^2; the reference code, following Gretton et al. 2005, divides by (m-1)^2, and
-we do the same. Eq. 7 prints ``exp(gamma ||a - b||)``, which is not a kernel; the reference code's
-RBF is ``exp(-gamma ||a - b||^2)``, used here.)
-
-Stage 1, distillation (section 3.3, eq. 8): ``L_IB = -(score_nce - beta1 HSIC)``, which as a loss
-to minimise is ``CE_nce + beta1 * HSIC(X, S)``. Stage 2, fine-tuning (eq. 9-10): supervised
-InfoNCE over (anchor, positive, hard negative) plus ``beta2 * HSIC``; with every hard negative of
-the batch in every row's denominator, as the reference code and SimCSE have it, eq. 10 is
-DistilCSE's eq. 7 (:func:`training.losses.distilcse.contrastive_finetune_loss`). Defaults are the
-paper's (section 4.3 and Table 1): gamma 0.5, beta1 1.0, beta2 0.5, tau 0.1 (stage 1) and 0.05
-(stage 2).
+Section 3, eq. 1: maximise I(S, T) and minimise I(X, S): the first term is bounded from below by
+InfoNCE (:func:`info_nce`), the second replaced by HSIC (:func:`hsic`). Stage 1 distils (eq. 8,
+:func:`ibkd_distill_loss`); stage 2 fine-tunes on NLI triplets (eq. 9-10, :class:`IBKDFinetuneLoss`):
+with every hard negative of the batch in every row's denominator, as the reference code and SimCSE
+have it, eq. 10 is DistilCSE's eq. 7. Defaults are the paper's (section 4.3 and Table 1): gamma 0.5,
+beta1 1.0, beta2 0.5, tau 0.1 (stage 1) and 0.05 (stage 2).
 
 X is left open by the paper. As in the reference code (``--lambdas2 0``: hidden state 0), X is the
-student's own input token embeddings (the embedding block's output) mean-pooled over the attention
-mask; see :func:`input_representation`. Kernel width: both inputs of HSIC are L2-normalised row-wise
-by default so ``gamma`` acts on squared distances in [0, 4] whatever the encoder's scale.
+student's own input token embeddings mean-pooled over the attention mask (:func:`input_representation`).
 """
 
 from __future__ import annotations
@@ -38,7 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from training.losses.distilcse import contrastive_finetune_loss
+from training.losses.distilcse import ckd_loss, contrastive_finetune_loss
 from training.losses.matryoshka import Widths, matryoshka_loss, prefix, prefix_linear
 
 STAGE1_TAU = 0.1
@@ -49,16 +31,14 @@ BETA2 = 0.5
 
 
 def info_nce(student: torch.Tensor, teacher: torch.Tensor, tau: float = STAGE1_TAU) -> torch.Tensor:
-    """Eq. 5 as a loss: cross-entropy of cos(s_i, t_j)/tau with the positives on the diagonal.
+    """Eq. 2-5 as a loss, in-batch negatives::
 
-    ``student`` (n, D) must already be aligned to the teacher's width D (``W s``); row j of
-    ``teacher`` (n, D) is the positive of student row j and a negative of every other row.
+        L_nce = -1/n sum_i log( exp(f(s_i, t_i)/tau) / sum_j exp(f(s_i, t_j)/tau) )
+
+    The paper's ``f(s, t) = s^T W t``; like the reference code, f is the cosine of ``W s`` and t:
+    ``student`` (n, D) is already ``W s``, row j of ``teacher`` (n, D) the positive of student row j.
     """
-    if student.shape != teacher.shape:
-        raise ValueError(f"student {tuple(student.shape)} and teacher {tuple(teacher.shape)} differ")
-    logits = F.normalize(student, dim=-1) @ F.normalize(teacher, dim=-1).T / tau
-    labels = torch.arange(student.shape[0], device=student.device)
-    return F.cross_entropy(logits, labels)
+    return ckd_loss(student, teacher, None, tau)  # DistilCSE's eq. 6 without a queue
 
 
 def rbf_kernel(x: torch.Tensor, gamma: float = GAMMA) -> torch.Tensor:
@@ -69,10 +49,14 @@ def rbf_kernel(x: torch.Tensor, gamma: float = GAMMA) -> torch.Tensor:
 
 
 def hsic(x: torch.Tensor, y: torch.Tensor, gamma: float = GAMMA, normalize: bool = True) -> torch.Tensor:
-    """Eq. 6: the biased empirical HSIC of paired rows of x (m, p) and y (m, q), RBF kernels (eq. 7).
+    """Eq. 6-7: the biased empirical HSIC of paired rows of x (m, p) and y (m, q)::
 
-    ``normalize`` L2-normalises rows first, which fixes the kernel width's scale (see the module
-    docstring). Zero when either side is constant over the batch; needs m >= 2.
+        HSIC(X, S) = tr(K_X H K_S H) / (m - 1)^2,   H = I - 1/m 11^T,   K(a, b) = exp(-gamma ||a - b||^2)
+
+    Eq. 6 prints 1/l^2; the reference code, after Gretton et al. 2005, divides by (m-1)^2. Eq. 7
+    prints ``exp(gamma ||a - b||)``, not a kernel; the reference code's RBF is used. ``normalize``
+    L2-normalises rows first, so gamma acts on squared distances in [0, 4] whatever the encoder's
+    scale. Zero when either side is constant over the batch; needs m >= 2.
     """
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x has {x.shape[0]} rows, y has {y.shape[0]}")
@@ -98,25 +82,19 @@ def ibkd_distill_loss(
     beta: float = BETA1,
     gamma: float = GAMMA,
 ) -> torch.Tensor:
-    """Stage 1, eq. 8: ``InfoNCE(W s, t) + beta1 * HSIC(X, S)``.
-
-    aligned (n, D): ``W s``; teacher (n, D); inputs (n, p): X; student (n, d): S.
-    """
+    """Stage 1, eq. 8: ``L_IB = -(score_nce - beta1 HSIC)``, as a loss ``InfoNCE(W s, t) + beta1 *
+    HSIC(X, S)``. aligned (n, D): ``W s``; teacher (n, D); inputs (n, p): X; student (n, d): S."""
     return info_nce(aligned, teacher, tau) + beta * hsic(inputs, student, gamma)
 
 
 def input_representation(auto_model: nn.Module, features: dict[str, torch.Tensor]) -> torch.Tensor:
-    """X for HSIC: the embedding block's output (hidden state 0), mean-pooled over the mask.
-
-    ``auto_model`` is the student's Hugging Face encoder (``student[0].auto_model``); ``features``
-    the tokenised batch. Returns (n, hidden), detached: X is the input of the information bottleneck,
-    so the student may not lower HSIC by degrading its own embedding table (the reference code does
-    not detach). Costs one pass of the embedding block only; a pipeline that already runs the
-    encoder with ``output_hidden_states=True`` can pool ``hidden_states[0]`` instead.
-    """
-    kwargs = {"input_ids": features["input_ids"]}
-    if "token_type_ids" in features:
-        kwargs["token_type_ids"] = features["token_type_ids"]
+    """X for HSIC: the embedding block's output (hidden state 0), mean-pooled over the mask. ``auto_model`` is
+    the student's Hugging Face encoder (``student[0].auto_model``); ``features`` the tokenised batch. Returns
+    (n, hidden), detached: X is the input of the information bottleneck, so the student may not lower HSIC by
+    degrading its own embedding table (the reference code does not detach). Costs one pass of the embedding
+    block only; a pipeline that already runs the encoder with ``output_hidden_states=True`` can pool
+    ``hidden_states[0]`` instead."""
+    kwargs = {k: features[k] for k in ("input_ids", "token_type_ids") if k in features}
     with torch.no_grad():
         hidden = auto_model.embeddings(**kwargs)
         mask = features["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -124,12 +102,9 @@ def input_representation(auto_model: nn.Module, features: dict[str, torch.Tensor
 
 
 class IBKDLoss(nn.Module):
-    """Stage-1 IBKD: holds W (student width -> teacher width) and the hyper-parameters.
-
-    ``forward(student, teacher, inputs)``: student (n, d) is S (the projected, not yet normalised,
-    student output), teacher (n, D) the teacher's embeddings, inputs (n, p) is X. W's parameters
-    are training-only: pass ``list(loss.parameters())`` to the Trainer as ``extra_params``.
-    """
+    """Stage-1 IBKD: holds the training-only W (student width -> teacher width). ``forward(student, teacher,
+    inputs)``: student (n, d) is S (the projected, not yet normalised, student output), teacher (n, D) the
+    teacher's embeddings, inputs (n, p) is X."""
 
     def __init__(
         self,
