@@ -113,3 +113,15 @@ def test_the_graph_reader_resolves_every_import_form() -> None:
         None,  # ray: not a project module
     }
     assert _mutual({"a": {"b", "c"}, "b": {"a"}, "c": set(), "d": {"c"}}) == [("a", "b")]
+
+
+def test_every_product_file_stays_under_400_lines() -> None:
+    """Files short enough to read in one sitting: the packages, the benchmarks and the scripts."""
+    folders = (*PACKAGES, "bench", "scripts")
+    long = {
+        str(path.relative_to(ROOT)): n
+        for folder in folders
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) >= 400
+    }
+    assert not long, f"split these files: {long}"
