@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,33 @@ def _index_manifest(
     } | (rescored if plan.kind == "ivf" and plan.storage in RESCORED else {})
 
 
+def build_identity(
+    cfg: BuildConfig, spec: CorpusSpec, plan: CorpusPlan, bundle_sha: str | None
+) -> dict[str, Any]:
+    """What ``OUT.partial/build.json`` records: a resumed build must have the same inputs (compared as
+    stored, so tuples are lists)."""
+    identity = {"bundle_sha256": bundle_sha, "variant": cfg.variant, "splits": plan.identity()}
+    return json.loads(json.dumps(identity | {"corpus": asdict(spec) | {"path": str(spec.path)}}))
+
+
+def _engine_session(cfg: BuildConfig, todo: list[Split]) -> AbstractContextManager[None]:
+    if cfg.engine != "ray" or not todo:
+        return nullcontext()
+    from index.ray_build import cluster
+
+    return cluster(cfg.ray_address)
+
+
+def _encode(
+    cfg: BuildConfig, spec: CorpusSpec, plan: CorpusPlan, todo: list[Split], work: Path
+) -> tuple[float, int]:
+    if cfg.engine == "ray":
+        from index.ray_build import encode_with_ray
+
+        return encode_with_ray(cfg, spec, plan, todo, work)
+    return _encode_local(cfg, spec, plan, todo, work)
+
+
 def create_empty(cfg: BuildConfig, overwrite: bool = False) -> dict[str, Any]:
     """An empty live index for ``cfg.bundle``: exact search until ``index retrain`` once it has grown."""
     out = Path(cfg.out)
@@ -136,22 +164,18 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
         check_storage(cfg.storage, dim, *pq)
         bundle_sha = bundle_identity(Path(cfg.bundle))
         work = out.with_name(out.name + ".partial")
-        identity = {"bundle_sha256": bundle_sha, "variant": cfg.variant, "splits": plan.identity()}
-        identity = json.loads(json.dumps(identity | {"corpus": asdict(spec) | {"path": str(spec.path)}}))
-        saved = work / "build.json"  # compared as stored (tuples become lists)
+        identity = build_identity(cfg, spec, plan, bundle_sha)
+        saved = work / "build.json"
         if saved.exists() and json.loads(saved.read_text()) != identity:
             raise UserError(f"{work} holds a build of other inputs; delete it to start over")
-        (work / "shards").mkdir(parents=True, exist_ok=True)
-        atomic_write_json(saved, identity)
         todo = [split for split in plan.splits if not shard_path(work, split).exists()]
         if done := len(plan.splits) - len(todo):
             log.info("resuming: %d of %d splits already encoded", done, len(plan.splits))
-        if cfg.engine == "ray":
-            from index.ray_build import encode_with_ray
-
-            encode_seconds, encoded = encode_with_ray(cfg, spec, plan, todo, work)
-        else:
-            encode_seconds, encoded = _encode_local(cfg, spec, plan, todo, work)
+        # the cluster is joined before anything is written: a build that never reached it leaves nothing
+        with _engine_session(cfg, todo):
+            (work / "shards").mkdir(parents=True, exist_ok=True)
+            atomic_write_json(saved, identity)
+            encode_seconds, encoded = _encode(cfg, spec, plan, todo, work)
         index_plan = (cfg.nlist, cfg.flat_below, cfg.storage, pq)
         with atomic_directory(out, overwrite=overwrite) as tmp:
             made = assemble(spec, plan, work, tmp, dim=dim, index_plan=index_plan, on_disk=cfg.on_disk)

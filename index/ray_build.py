@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +65,17 @@ def connect(address: str | None) -> bool:
     else:
         ray.init(num_cpus=os.cpu_count(), object_store_memory=OBJECT_STORE_BYTES, **common)
     return True
+
+
+@contextmanager
+def cluster(address: str | None) -> Iterator[None]:
+    """Ray joined (or started here) for the block, and shut down after it if this call connected."""
+    connected = connect(address)
+    try:
+        yield
+    finally:
+        if connected:
+            import_ray().shutdown()
 
 
 def _split_encoder(bundle: str, variant: str, threads: int, batch_size: int) -> type:
@@ -130,56 +141,46 @@ def encode_with_ray(
     if not todo:
         return 0.0, 0
     ray = import_ray()
-    try:
-        connected = connect(cfg.ray_address)
-    except UserError:  # a build that never reached its cluster leaves nothing; a resumable one its shards
-        if not any((work / "shards").glob("*.npy")):
-            shutil.rmtree(work, ignore_errors=True)
-        raise
-    try:
-        staged = stage_decompressed(plan, work / "staged")
+    staged = stage_decompressed(plan, work / "staged")
 
-        def docs_of(split: Split) -> list[Document]:
-            return read_split(spec, plan, split, CorpusStats(quiet=True), staged.get(split.file))
+    def docs_of(split: Split) -> list[Document]:
+        return read_split(spec, plan, split, CorpusStats(quiet=True), staged.get(split.file))
 
-        start = time.perf_counter()
-        threads = cfg.threads or 1
-        actors = cfg.actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False  # ours counts rows saved, as the local build's does
-        context.print_on_execution_start = False
-        logging.getLogger("ray.data").setLevel(logging.ERROR)
-        dataset = ray.data.read_datasource(
-            _datasource(todo, docs_of),
-            override_num_blocks=len(todo),
-            num_cpus=0,  # reading a split is light; the encoders hold the CPUs
-            # uncapped, every zero-CPU read task starts a worker process at once (~100 for 1M documents)
-            concurrency=actors + 1,
-        ).map_batches(
-            _split_encoder(str(Path(cfg.bundle).resolve()), cfg.variant, threads, cfg.batch_size),
-            batch_size=None,  # a block, i.e. one split, per call
-            compute=ray.data.ActorPoolStrategy(size=actors),
-            num_cpus=threads,
-        )
-        dim, saved, encoded = int(read_manifest(cfg.bundle)["dim"]), set(), 0
-        done = plan.lines - sum(s.lines for s in todo)
-        with tqdm(total=plan.lines, initial=done, desc="encode (ray)", unit="row") as bar:
-            for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-                for number in np.unique(batch["split"]):
-                    rows = batch["split"] == number
-                    split = todo[int(number)]
-                    if int(number) in saved or int(rows.sum()) != int(batch["rows"][rows][0]):
-                        raise RuntimeError(f"split {split.key} arrived twice or in pieces")
-                    save_shard(work, split, batch["vector"][rows])
-                    saved.add(int(number))
-                    encoded += int(rows.sum())
-                    bar.update(split.lines)
-            for split in (s for number, s in enumerate(todo) if number not in saved):
-                if count := len(docs_of(split)):  # a split with no usable rows sends no vectors
-                    raise RuntimeError(f"split {split.key} has {count} documents but no vectors came back")
-                save_shard(work, split, np.zeros((0, dim), dtype=np.float32))
+    start = time.perf_counter()
+    threads = cfg.threads or 1
+    actors = cfg.actors or max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # ours counts rows saved, as the local build's does
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    dataset = ray.data.read_datasource(
+        _datasource(todo, docs_of),
+        override_num_blocks=len(todo),
+        num_cpus=0,  # reading a split is light; the encoders hold the CPUs
+        # uncapped, every zero-CPU read task starts a worker process at once (~100 for 1M documents)
+        concurrency=actors + 1,
+    ).map_batches(
+        _split_encoder(str(Path(cfg.bundle).resolve()), cfg.variant, threads, cfg.batch_size),
+        batch_size=None,  # a block, i.e. one split, per call
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=threads,
+    )
+    dim, saved, encoded = int(read_manifest(cfg.bundle)["dim"]), set(), 0
+    done = plan.lines - sum(s.lines for s in todo)
+    with tqdm(total=plan.lines, initial=done, desc="encode (ray)", unit="row") as bar:
+        for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+            for number in np.unique(batch["split"]):
+                rows = batch["split"] == number
+                split = todo[int(number)]
+                if int(number) in saved or int(rows.sum()) != int(batch["rows"][rows][0]):
+                    raise RuntimeError(f"split {split.key} arrived twice or in pieces")
+                save_shard(work, split, batch["vector"][rows])
+                saved.add(int(number))
+                encoded += int(rows.sum())
                 bar.update(split.lines)
-        return time.perf_counter() - start, encoded
-    finally:
-        if connected:
-            ray.shutdown()
+        for split in (s for number, s in enumerate(todo) if number not in saved):
+            if count := len(docs_of(split)):  # a split with no usable rows sends no vectors
+                raise RuntimeError(f"split {split.key} has {count} documents but no vectors came back")
+            save_shard(work, split, np.zeros((0, dim), dtype=np.float32))
+            bar.update(split.lines)
+    return time.perf_counter() - start, encoded

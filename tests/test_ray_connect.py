@@ -9,6 +9,7 @@ unless RAY_AUTH_MODE=disabled: the CLI runs in a subprocess without, then with, 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -101,33 +102,41 @@ def test_stderr_is_held_at_the_descriptor_and_given_back() -> None:
 
 
 def _work(tmp_path: Path, shards: int) -> tuple[Any, ...]:
+    """A build over ray://, and its ``OUT.partial``: absent, or holding ``shards`` encoded splits."""
+    from export.runtime import bundle_identity
+    from index.build import build_identity
     from index.build_config import BuildConfig
     from index.corpus import CorpusSpec
     from index.splits import plan_corpus
 
+    bundle = ROOT / "models" / "default"
+    cfg = BuildConfig(
+        bundle=str(bundle), out=str(tmp_path / "idx"), engine="ray", ray_address="ray://head:10001"
+    )
     spec = CorpusSpec(CORPUS)
-    plan = plan_corpus(spec)
+    plan = plan_corpus(spec, cfg.shard_size)
     work = tmp_path / "idx.partial"
-    (work / "shards").mkdir(parents=True)
-    (work / "build.json").write_text("{}")
-    for number in range(shards):
-        (work / "shards" / f"{number}.npy").write_bytes(b"")
-    cfg = BuildConfig(bundle="b", out=str(tmp_path / "idx"), engine="ray", ray_address="ray://head:10001")
-    return cfg, spec, plan, plan.splits, work
+    if shards:
+        (work / "shards").mkdir(parents=True)
+        identity = build_identity(cfg, spec, plan, bundle_identity(bundle))
+        (work / "build.json").write_text(json.dumps(identity))
+        for number in range(shards):
+            (work / "shards" / f"{number}.npy").write_bytes(b"")
+    return cfg, spec, work
 
 
 def test_index_build_refuses_ray_client_and_leaves_no_partial(tmp_path: Path) -> None:
     """Ray Data needs its driver on a node: over ``ray://`` it ends in an AttributeError."""
     pytest.importorskip("ray")
-    from index.ray_build import encode_with_ray
+    from index.build import build
 
-    cfg, spec, plan, todo, work = _work(tmp_path / "new", shards=0)
+    cfg, spec, work = _work(tmp_path / "new", shards=0)
     with pytest.raises(UserError, match=r"cannot drive a cluster through Ray Client \(ray://head:10001\)"):
-        encode_with_ray(cfg, spec, plan, todo, work)
+        build(cfg, spec)
     assert not work.exists()  # nothing was encoded into it: gone
-    cfg, spec, plan, todo, work = _work(tmp_path / "resumed", shards=1)
+    cfg, spec, work = _work(tmp_path / "resumed", shards=1)
     with pytest.raises(UserError, match="Ray Client"):
-        encode_with_ray(cfg, spec, plan, todo, work)
+        build(cfg, spec)
     assert (work / "shards" / "0.npy").exists()  # a resumable build keeps what it encoded
 
 
