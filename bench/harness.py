@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as ``python bench/x.py``: the packages sit beside bench/
     sys.path.insert(0, str(ROOT))
+from distilembed.artifacts import atomic_write_json  # noqa: E402
+
 DEFAULT_DOC = ROOT / "docs" / "results.md"
 RESULTS = ROOT / "docs" / "results"  # every script's JSON
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -166,8 +168,7 @@ def publish_saved(args: argparse.Namespace, name: str | Callable[[Result], str],
 
 def write_json(path: str | Path, result: Mapping[str, Any]) -> Path:
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write_json(out, result)  # a killed run never leaves half a JSON behind
     print(f"wrote {out}")
     return out
 
