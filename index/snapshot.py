@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import sqlite3
 import time
 from collections.abc import Callable
@@ -120,8 +119,11 @@ def _link_or_copy(path: Path, fd: int, dest: Path, link: bool) -> str:
             if (linked.st_dev, linked.st_ino) == (pinned.st_dev, pinned.st_ino):
                 return "hard link"
             dest.unlink()
-    with os.fdopen(os.dup(fd), "rb") as src, open(dest, "wb") as out:  # fsynced with the directory
-        shutil.copyfileobj(src, out, 1 << 22)
+    with open(dest, "wb") as out:  # fsynced with the directory
+        offset = 0  # pread: the copy never depends on, or moves, the pinned descriptor's offset
+        while block := os.pread(fd, 1 << 22, offset):
+            out.write(block)
+            offset += len(block)
     return "copy"
 
 
