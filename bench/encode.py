@@ -5,23 +5,21 @@ p50/p99 latency, for the teacher, MiniLM and the student, PyTorch and ONNX. Bloc
 
     python bench/encode.py speed --minilm-bundle runs/bundles/minilm --student-bundle models/default
 
-``batch-invariance``: export's dynamic int8 graph quantises each MatMul input with one scale per batch,
-so a sentence alone and among 31 others gets slightly different vectors. For one bundle that keeps
-its fp32 graph: that graph, the shipped int8 one and one quantised here with ranges calibrated on
-Wikipedia (static: constant scales); STS-B test, the cosine of each sentence alone and batched,
-sentences/s (interleaved rounds), the model file. Block ``batch-invariance``:
+``batch-invariance``: whether a sentence's vector depends on the other sentences in its batch. For
+each ``--bundle NAME=DIR`` (the first is the reference): STS-B test, the cosine of each sentence
+alone and batched and the share that are bit-identical, sentences/s (interleaved rounds), the model
+file. Export's int8 graphs have static (calibrated) activation scales; ``export --dynamic`` keeps
+onnxruntime's per-batch ones. Block ``batch-invariance``:
 
-    python bench/encode.py batch-invariance --bundle runs/bundles/congen-ens-mrl
+    python bench/encode.py batch-invariance --bundle static=models/default --bundle dynamic=DIR
 
 Each writes its JSON (--out, under docs/results/) and rewrites its block of docs/results.md (--no-doc:
 not); ``SUBCOMMAND --render-from JSON`` rewrites the block from an earlier run's JSON.
 """
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -30,8 +28,6 @@ import harness as h
 import numpy as np
 
 from export.runtime import MODEL_FILES, Encoder
-
-SHIPPED = "int8 dynamic (shipped)"
 
 
 def measure(path: str, variant: str, texts: list[str], args: argparse.Namespace) -> h.Result:
@@ -93,79 +89,48 @@ def speed(args: argparse.Namespace, argv: list[str]) -> None:
     h.finish(args, result | {"run": h.run_info("bench/encode.py", argv)}, "encode", render_speed)
 
 
-def alone_vs_batched(encoder: Encoder, texts: list[str]) -> np.ndarray:
-    """Cosine of each text's vector encoded alone with its vector from one batched call."""
-    alone = np.stack([encoder.encode([text])[0] for text in texts])
-    return np.sum(alone * encoder.encode(texts), axis=1)
-
-
-def static_int8(bundle: Path, out: Path, calibration: list[str], reference: Encoder) -> None:
-    """A bundle copy in ``out`` whose int8 graph has calibrated (constant) activation scales."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.feeds = reference.feed_batches(calibration)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self.feeds, None)
-
-    for name in ("manifest.json", "tokenizer.json"):
-        shutil.copy(bundle / name, out / name)
-    prepared = out / "prepared.onnx"
-    quant_pre_process(str(bundle / MODEL_FILES["fp32"]), str(prepared), skip_symbolic_shape=True)
-    quantize_static(
-        str(prepared), str(out / MODEL_FILES["int8"]), Reader(), quant_format=QuantFormat.QDQ,
-        op_types_to_quantize=["MatMul"], per_channel=True, activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-    )  # fmt: skip
-    prepared.unlink()
-
-
 def render_invariance(result: h.Result) -> str:
-    header = ["quantisation", "STS-B test", "cosine alone / batched: min", "mean", "sent/s", "x int8 dynamic"]
-    spec = ("{name}", "{stsb_test:.2f}", "{cos_min:.5f}", "{cos_mean:.5f}", "{sentences_per_s:,.0f}")
-    spec += ("{speed_ratio:.2f}", "{megabytes:.1f} MB")
+    header = ["int8 graph", "STS-B test", "alone = batched", "cosine alone / batched: min", "mean", "sent/s"]
+    spec = ("{name} (`{bundle}`)", "{stsb_test:.2f}", "{identical:.0%}", "{cos_min:.7f}", "{cos_mean:.7f}")
+    spec += ("{sentences_per_s:,.0f}", "{speed_ratio:.2f}", "{megabytes:.1f} MB")
     rows = [[cell.format(**r) for cell in spec] for r in result["rows"]]
+    first = result["rows"][0]["name"]
     note = (
-        f"Bundle `{result['bundle']}`; {result['sentences']} STS-B test sentences alone and in batches "
-        f"of 32; speed: the median of {result['rounds']} interleaved rounds over {result['speed_texts']} "
-        f"sentences; static ranges from {result['calibration']:,} Wikipedia sentences."
+        f"{result['sentences']} STS-B test sentences, each encoded alone and in batches of 32; speed: "
+        f"the median of {result['rounds']} interleaved rounds over them."
     )
-    return f"{h.markdown_table([*header, 'model file'], rows)}\n\n{note}"
+    return f"{h.markdown_table([*header, f'x {first}', 'model file'], rows)}\n\n{note}"
 
 
 def batch_invariance(args: argparse.Namespace, argv: list[str]) -> None:
     from training.data.sts import distinct_sentences
-    from training.data.text import read_sentences
     from training.evaluation import evaluate_pairs
 
-    bundle, fp32, int8 = Path(args.bundle), MODEL_FILES["fp32"], MODEL_FILES["int8"]
-    if not (bundle / fp32).is_file():
-        raise SystemExit(f"error: {bundle} has no {fp32} (export keeps it unless told not to)")
     pairs = h.stsb_test(args.data_dir)
     texts = distinct_sentences(pairs)[: args.sentences]
-    wiki = Path(args.data_dir) / h.WIKIPEDIA
-    calibration = read_sentences(wiki, limit=args.calibration, skip=args.calibration_skip)
-    result = {"bundle": args.bundle, "sentences": len(texts), "rounds": args.rounds}
-    result |= {"calibration": len(calibration), "speed_texts": len(texts), "rows": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        shipped = Encoder(bundle, "int8", threads=args.threads)
-        static_int8(bundle, Path(tmp), calibration, shipped)
-        static = Encoder(tmp, "int8", args.threads, verify=False)
-        encoders = {SHIPPED: (shipped, bundle / int8), "int8 static (calibrated)": (static, Path(tmp) / int8)}
-        encoders["fp32"] = (Encoder(bundle, "fp32", threads=args.threads), bundle / fp32)
-        calls = {name: partial(encoder.encode, texts) for name, (encoder, _) in encoders.items()}
-        timed = h.interleaved_seconds(calls, args.rounds)
-        seconds = {name: statistics.median(spent) for name, spent in timed.items()}
-        for name, (encoder, path) in encoders.items():
-            cos = alone_vs_batched(encoder, texts)
-            row = {"name": name, "stsb_test": round(evaluate_pairs(encoder.encode, pairs), 2)}
-            row |= {"cos_min": float(cos.min()), "cos_mean": float(cos.mean())}
-            row |= {"sentences_per_s": len(texts) / seconds[name], "megabytes": path.stat().st_size / 1e6}
-            row["speed_ratio"] = seconds[SHIPPED] / seconds[name]
-            result["rows"].append(row)
+    bundles = h.named_bundles(args.bundle)
+    encoders = {name: Encoder(path, "int8", threads=args.threads) for name, path in bundles.items()}
+    timed = h.interleaved_seconds({n: partial(e.encode, texts) for n, e in encoders.items()}, args.rounds)
+    seconds = {name: statistics.median(spent) for name, spent in timed.items()}
+    result: h.Result = {"sentences": len(texts), "rounds": args.rounds, "rows": []}
+    for name, encoder in encoders.items():
+        alone = np.stack([encoder.encode([text])[0] for text in texts])
+        batched = encoder.encode(texts)
+        cos = np.sum(alone * batched, axis=1)
+        row = {
+            "name": name,
+            "bundle": bundles[name],
+            "stsb_test": round(evaluate_pairs(encoder.encode, pairs), 2),
+        }
+        row |= {"cos_min": float(cos.min()), "cos_mean": float(cos.mean())}
+        row["identical"] = float(np.mean(np.all(alone == batched, axis=1)))
+        row |= {
+            "sentences_per_s": len(texts) / seconds[name],
+            "speed_ratio": seconds[next(iter(bundles))] / seconds[name],
+        }
+        row["megabytes"] = (Path(bundles[name]) / MODEL_FILES["int8"]).stat().st_size / 1e6
+        result["rows"].append(row)
+        print(row, flush=True)
     result["run"] = h.run_info("bench/encode.py", argv)
     h.finish(args, result, "batch-invariance", render_invariance)
 
@@ -187,10 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     fast.add_argument("--threads", type=int, default=2)
     fast.add_argument("--out", type=Path, default=h.RESULTS / "encode.json")
     same = commands.add_parser("batch-invariance", help="vectors alone vs batched, per quantisation")
-    same.add_argument("--bundle", help="a bundle that keeps model.onnx (fp32) beside model.int8.onnx")
+    same.add_argument("--bundle", action="append", type=h.named_path, default=[], help="NAME=DIR, repeated")
     same.add_argument("--sentences", type=int, default=256, help="STS-B test sentences compared")
-    same.add_argument("--calibration", type=int, default=2048, help="Wikipedia sentences (static ranges)")
-    same.add_argument("--calibration-skip", type=int, default=900_000, help="... after the first N")
     same.add_argument("--rounds", type=int, default=5)
     same.add_argument("--threads", type=int)
     same.add_argument("--out", type=Path, default=h.RESULTS / "batch_invariance.json")

@@ -23,6 +23,7 @@ from export.onnx_graph import export_onnx
 from export.quantize import calibrate
 from export.runtime import BUNDLE_KIND, MODEL_FILES, TOKENIZER_FILE, BundleError, Encoder, cosines
 from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD, Smoothing, calibrate_smoothing
+from export.static_int8 import static_graph
 from export.unfuse import unfuse_skip_layer_norm
 
 if TYPE_CHECKING:
@@ -147,12 +148,15 @@ def build_bundle(
     smooth_texts: list[str] | None = None,
     smooth_alpha: float = SMOOTH_ALPHA,
     smooth_min_spread: float = SMOOTH_MIN_SPREAD,
+    static_texts: list[str] | None = None,
 ) -> dict[str, Any]:
     """Export, fuse, quantise, check parity and write a bundle; raise BundleError if the gate fails.
 
     ``sts_scores`` (``encode_fn -> STS-B test Spearman``) bounds the int8 loss against PyTorch;
     ``calibration_texts`` give the manifest int8/uint8 embedding ranges (export/quantize.py);
-    ``smooth_texts`` calibrate SmoothQuant before quantising (export/smooth.py, decision 55)."""
+    ``smooth_texts`` calibrate SmoothQuant before quantising (export/smooth.py, decision 55);
+    ``static_texts`` calibrate constant activation scales (export/static_int8.py), else they stay
+    dynamic (per batch)."""
     from training.teachers import load_sentence_encoder, resolve_model
 
     gate = gate or ParityGate()
@@ -175,6 +179,15 @@ def build_bundle(
             batches = Encoder(tmp, variant="fp32", verify=False).feed_batches(smooth_texts)
             smoothing = calibrate_smoothing(fp32, batches, smooth_alpha, smooth_min_spread)
         smoothed = quantize_graph(fp32, tmp / MODEL_FILES["int8"], reduce_range, smoothing)
+        activations: dict[str, Any] = {"scheme": "dynamic"}
+        if static_texts:
+            int8 = tmp / MODEL_FILES["int8"]
+            batches = Encoder(tmp, variant="fp32", verify=False).feed_batches(static_texts)
+            activations = {
+                "scheme": "static",
+                "nodes": static_graph(int8, int8, batches),
+                "texts": len(static_texts),
+            }
         encoders = {variant: Encoder(tmp, variant=variant, verify=False) for variant in ("fp32", "int8")}
         figures = _parity(model, encoders, parity_texts)
         if sts_scores is not None:
@@ -204,6 +217,7 @@ def build_bundle(
                     "bits": 7 if reduce_range else 8,
                     "smoothing": None if smoothed is None else {**smoothed, "texts": len(smooth_texts or [])},
                 },
+                "int8_activations": activations,
                 "parity": figures,
                 "gate": asdict(gate),
                 **quantization,

@@ -9,6 +9,8 @@ import typer
 
 from export.smooth import SMOOTH_ALPHA, SMOOTH_MIN_SPREAD, SMOOTH_TEXTS
 
+STATIC_TEXTS = 2048  # calibration sentences for the static int8 activation scales
+
 Opt = typer.Option
 
 
@@ -68,6 +70,14 @@ def export_command(
         float,
         Opt(min=0.0, help="Smooth only inputs whose largest channel max is this many times the median's."),
     ] = SMOOTH_MIN_SPREAD,
+    static: Annotated[
+        bool,
+        Opt(
+            "--static/--dynamic",
+            help="int8 activation scales: calibrated constants (a vector does not depend on its batch) "
+            "or per batch, from the first 2,048 --calibration-corpus sentences, else STS-B train's.",
+        ),
+    ] = True,
 ) -> None:
     """Export a student to an ONNX bundle (fp32 fused + int8), gated on parity with PyTorch; \
 `export calibrate` adds int8/uint8 embedding ranges to a bundle."""
@@ -88,9 +98,8 @@ def export_command(
         path = resolve_data_path(calibration_corpus, data_dir)
         calibration_texts = read_sentences(path, limit=calibration_sentences)
     pairs, sentences = _stsb(sts_dir, data_dir)
-    smooth_texts = None
-    if smooth:
-        smooth_texts = (calibration_texts or _stsb(sts_dir, data_dir, "train")[1])[:SMOOTH_TEXTS]
+    own_texts = calibration_texts or _stsb(sts_dir, data_dir, "train")[1]
+    smooth_texts = own_texts[:SMOOTH_TEXTS] if smooth else None
     manifest = build_bundle(
         model,
         out,
@@ -104,6 +113,7 @@ def export_command(
         smooth_texts=smooth_texts,
         smooth_alpha=smooth_alpha,
         smooth_min_spread=smooth_min_spread,
+        static_texts=own_texts[:STATIC_TEXTS] if static else None,
     )
     calibrated = manifest.get("quantization", {}).get("int8_ranges", {})
     typer.echo(
@@ -146,6 +156,13 @@ def upgrade_bundle_command(
     sts_dir: Annotated[str | None, Opt(help="STS data for the figures (default: <data-dir>/sts).")] = None,
     data_dir: Annotated[str | None, Opt("--data-dir", envvar="DISTILEMBED_DATA_DIR")] = None,
     max_sts_drop: Annotated[float, Opt(help="Refuse the rewrite if int8 STS-B test drops more.")] = 0.5,
+    calibration_corpus: Annotated[
+        str | None,
+        Opt(help="Corpus whose first 2,048 sentences calibrate static int8 activations (else STS-B train)."),
+    ] = None,
+    static: Annotated[
+        bool, Opt("--static/--keep-dynamic", help="Make a dynamic int8 graph's activation scales static.")
+    ] = True,
 ) -> None:
     """Apply this version's graph rewrites to an existing bundle (no checkpoint needed)."""
     from distilembed.errors import UserError
@@ -155,8 +172,21 @@ def upgrade_bundle_command(
     if not (bundle / "manifest.json").is_file():
         raise UserError(f"not a bundle (no manifest.json): {bundle}")
     pairs, sentences = _stsb(sts_dir, data_dir)
+    static_texts = None
+    if static:
+        from distilembed.paths import resolve_data_path
+        from training.data.text import read_sentences
+
+        corpus = calibration_corpus and resolve_data_path(calibration_corpus, data_dir)
+        static_texts = (
+            read_sentences(corpus, STATIC_TEXTS) if corpus else _stsb(sts_dir, data_dir, "train")[1]
+        )
     record = upgrade_bundle(
-        bundle, sentences, sts_scores=lambda encode: evaluate_pairs(encode, pairs), max_sts_drop=max_sts_drop
+        bundle,
+        sentences,
+        sts_scores=lambda encode: evaluate_pairs(encode, pairs),
+        max_sts_drop=max_sts_drop,
+        static_texts=static_texts and static_texts[:STATIC_TEXTS],
     )
     typer.echo(f"bundle {bundle}: {record}")
 

@@ -71,20 +71,27 @@ def _require_opset(model: onnx.ModelProto, version: int) -> None:
 
 
 def upgrade_bundle(
-    bundle: Path, texts: list[str], sts_scores: Any = None, max_sts_drop: float = 0.5
+    bundle: Path,
+    texts: list[str],
+    sts_scores: Any = None,
+    max_sts_drop: float = 0.5,
+    static_texts: list[str] | None = None,
 ) -> dict[str, Any]:
     """Apply ``unfuse_skip_layer_norm`` to every graph of a bundle exported before ``distilembed
-    export`` did, atomically. The manifest records the new graphs' cosines to the old ones on
-    ``texts`` and their STS-B test figures (``sts_scores``: encode_fn -> Spearman); an STS-B drop of
-    more than ``max_sts_drop`` aborts with nothing changed."""
+    export`` did, and with ``static_texts`` make a dynamic int8 graph's activation scales static
+    (export/static_int8.py, calibrated on them), atomically. The manifest records the new graphs'
+    cosines to the old ones on ``texts`` and their STS-B test figures (``sts_scores``: encode_fn ->
+    Spearman); an STS-B drop of more than ``max_sts_drop`` aborts with nothing changed."""
     from export.runtime import MODEL_FILES, BundleError, Encoder, cosines, verify_bundle
+    from export.static_int8 import static_graph
 
     present = [f for f in MODEL_FILES.values() if (bundle / f).is_file()]
     manifest = verify_bundle(bundle, present)  # and that it is a bundle at all
     if not present:
         raise BundleError(f"{bundle} holds no model graph ({', '.join(MODEL_FILES.values())})")
+    rewrite = "SkipLayerNormalization -> Add + LayerNormalization"
     record: dict[str, Any] = {
-        "rewrite": "SkipLayerNormalization -> Add + LayerNormalization",
+        "rewrite": rewrite + ("; static int8 activations" if static_texts else ""),
         "at": now_iso(),
         "git_commit": git_commit(),
     }
@@ -99,6 +106,11 @@ def upgrade_bundle(
             model = onnx.load(str(bundle / name))  # weights stored inside the .onnx file
             count = unfuse_skip_layer_norm(model)
             onnx.save(model, str(tmp / name))
+            if variant == "int8" and static_texts:
+                batches = Encoder(bundle, variant=variant, verify=False).feed_batches(static_texts)
+                record["int8_static_nodes"] = static_graph(tmp / name, tmp / name, batches)
+                manifest["int8_activations"] = {"scheme": "static", "texts": len(static_texts)}
+                count += record["int8_static_nodes"]
             record[f"{variant}_nodes"] = count
             if not count:
                 continue

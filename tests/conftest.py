@@ -90,7 +90,13 @@ def tiny_bundle(tiny_bert, tmp_path_factory: pytest.TempPathFactory) -> Path:
     checkpoint = tmp_path_factory.mktemp("ckpt") / "student"
     build_student(str(tiny_bert), dim=8, max_seq_len=16).save(str(checkpoint))
     out = tmp_path_factory.mktemp("bundles") / "tiny"
-    build_bundle(checkpoint, out, parity_texts=tiny_sentences(20), gate=ParityGate(int8_mean_cosine=0.0))
+    build_bundle(
+        checkpoint,
+        out,
+        parity_texts=tiny_sentences(20),
+        gate=ParityGate(int8_mean_cosine=0.0),
+        static_texts=tiny_sentences(64, seed=5),
+    )
     return out
 
 
