@@ -8,7 +8,7 @@ import json
 import logging
 import shutil
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -130,22 +130,36 @@ def _encode(
     return _encode_local(cfg, spec, plan, todo, work)
 
 
-def create_empty(cfg: BuildConfig, overwrite: bool = False) -> dict[str, Any]:
-    """An empty live index for ``cfg.bundle``: exact search until ``index retrain`` once it has grown."""
+def _add_lexical(directory: Path) -> None:
+    """The lexical index (index/lexical.py) over the stored documents: one FTS5 'rebuild' after the
+    bulk load, a little faster than indexing each batch as it lands (2.9 s against 3.4 s for 200,000
+    Wikipedia sentences, 0.11 s against 0.14 s for 20,000)."""
+    with closing(DocumentStore(directory / STORE_FILE)) as store:
+        store.enable_lexical()
+
+
+def create_empty(cfg: BuildConfig, overwrite: bool = False, lexical: bool = True) -> dict[str, Any]:
+    """An empty live index for ``cfg.bundle``: exact search until ``index retrain`` once it has grown;
+    ``lexical``: with the lexical index, kept in step by every write."""
     out = Path(cfg.out)
     with claim_output(out, overwrite):
         dim = int(verify_bundle(Path(cfg.bundle), [])["dim"])
         plan = IndexPlan("flat", 0, "created empty: exact search; run 'index retrain' once it is large")
         with atomic_directory(out, overwrite=overwrite) as tmp:
             DocumentStore(tmp / STORE_FILE).close()
+            if lexical:
+                _add_lexical(tmp)
             save_index(build_index(np.zeros((0, dim), dtype=np.float32), plan), tmp / INDEX_FILE)
             manifest = _index_manifest(
                 cfg, bundle_identity(Path(cfg.bundle)), dim=dim, plan=plan, ntotal=0, corpus=None
             )
-            return seal(tmp, manifest)
+            return seal(tmp, manifest | {"lexical": lexical})
 
 
-def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[str, Any]:
+def build(
+    cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False, lexical: bool = True
+) -> dict[str, Any]:
+    """Build the index; ``lexical``: with the lexical (BM25) index of the documents' text."""
     out = Path(cfg.out)
     with claim_output(out, overwrite, "rebuild it"):
         check_storage(cfg.storage, pq_bits=cfg.pq_bits)  # before the corpus is read and encoded
@@ -179,6 +193,8 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
         index_plan = (cfg.nlist, cfg.flat_below, cfg.storage, pq)
         with atomic_directory(out, overwrite=overwrite) as tmp:
             made = assemble(spec, plan, work, tmp, dim=dim, index_plan=index_plan, on_disk=cfg.on_disk)
+            if lexical:
+                _add_lexical(tmp)
             total = time.perf_counter() - start
             corpus = {
                 "path": str(spec.path),
@@ -193,6 +209,7 @@ def build(cfg: BuildConfig, spec: CorpusSpec, overwrite: bool = False) -> dict[s
             ) | {
                 "engine": cfg.engine,
                 "on_disk": cfg.on_disk,
+                "lexical": lexical,
                 "build_seconds": round(total, 2),
                 "encode_seconds_this_run": round(encode_seconds, 2),
                 "docs_encoded_this_run": encoded,

@@ -76,6 +76,7 @@ def build_command(
     index_field: Annotated[
         list[str] | None, Opt(help="Metadata field to index for fast filters (repeatable).")
     ] = None,
+    lexical: Annotated[bool, Opt(help="Keep a lexical (BM25) index for --mode lexical/hybrid.")] = True,
     overwrite: Annotated[bool, Opt()] = False,
 ) -> None:
     """Embed a corpus with a bundle into a Faiss IVF index with a SQLite document store (resumable)."""
@@ -101,24 +102,27 @@ def build_command(
         batch_size=batch_size,
         shard_size=lines_per_split,
     )
-    manifest = build(cfg, spec, overwrite=overwrite)
+    manifest = build(cfg, spec, overwrite=overwrite, lexical=lexical)
     if index_field:
         _add_field_indexes(out, index_field)
     keys = ("ntotal", "dim", "index_type", "nlist", "nprobe", "plan", "engine", "build_seconds", "docs_per_s")
-    typer.echo(json.dumps({k: manifest[k] for k in keys} | {"skipped": manifest["corpus"]["skipped"]}))
+    more = {"lexical": manifest["lexical"], "skipped": manifest["corpus"]["skipped"]}
+    typer.echo(json.dumps({k: manifest[k] for k in keys} | more))
 
 
 @app.command("init")
 def init_command(
     bundle: Annotated[Path, Opt(help="Exported bundle directory.")],
     out: Annotated[Path, Opt(help="Index directory to create.")],
+    lexical: Annotated[bool, Opt(help="Keep a lexical (BM25) index for --mode lexical/hybrid.")] = True,
     overwrite: Annotated[bool, Opt()] = False,
 ) -> None:
     """Create an empty index for a bundle (exact search), to fill with 'index add' or the service."""
     from index.build import BuildConfig, create_empty
 
-    manifest = create_empty(BuildConfig(bundle=str(bundle), out=str(out)), overwrite=overwrite)
-    typer.echo(json.dumps({k: manifest[k] for k in ("ntotal", "dim", "index_type", "plan")}))
+    cfg = BuildConfig(bundle=str(bundle), out=str(out))
+    manifest = create_empty(cfg, overwrite=overwrite, lexical=lexical)
+    typer.echo(json.dumps({k: manifest[k] for k in ("ntotal", "dim", "index_type", "plan", "lexical")}))
 
 
 def _encoder_for(
@@ -157,14 +161,31 @@ def search_command(
         Path | None, Opt(help="Bundle to embed the query (default: the one it was built with).")
     ] = None,
     filter_: Annotated[str | None, Opt("--filter", help=FILTER_HELP)] = None,
+    mode: Annotated[str, Opt(help="dense | lexical (BM25) | hybrid (both, fused).")] = "dense",
+    fusion: Annotated[str, Opt(help="hybrid: rrf (ranks) | weighted (min-max scores).")] = "rrf",
 ) -> None:
-    """Top-k documents for a query."""
+    """Top-k documents for a query (hybrid: each hit's sides in brackets)."""
     if not query.strip():
         raise UserError("--query is empty: give the text to search for")
+    if mode not in ("dense", "lexical", "hybrid"):
+        raise UserError(f"--mode must be dense, lexical or hybrid, not {mode!r}")
     where = _filter(filter_)
-    live, encoder = _encoder_for(index, bundle, writable=False, rescore_k=rescore_k)
-    for rank, hit in enumerate(live.search(encoder.encode([query]), k, nprobe, where)[0], 1):
-        typer.echo(f"{rank:>3}  {hit.score:.4f}  {hit.id}  {hit.text}")
+    if mode == "lexical":  # no encoder needed
+        with _opened(index, writable=False) as live:
+            hits = live.search_lexical(query, k, where)
+    else:
+        live, encoder = _encoder_for(index, bundle, writable=False, rescore_k=rescore_k)
+        if mode == "dense":
+            hits = live.search(encoder.encode([query]), k, nprobe, where)[0]
+        elif not hasattr(live, "search_hybrid"):
+            raise UserError(f"{index} is a sharded index: search its source index with --mode hybrid")
+        else:
+            hits = live.search_hybrid(
+                encoder.encode([query])[0], query, k, where, fusion=fusion, nprobe=nprobe
+            )
+    for rank, hit in enumerate(hits, 1):
+        sides = f"  [{'+'.join(hit.matched)}]" if mode == "hybrid" else ""
+        typer.echo(f"{rank:>3}  {hit.score:.4f}{sides}  {hit.id}  {hit.text}")
 
 
 @app.command("count")
@@ -185,6 +206,17 @@ def field_command(
 ) -> None:
     """Keep a payload index of metadata fields, so that filters on them cost what their matches cost."""
     typer.echo(json.dumps({"indexed_fields": _add_field_indexes(index, fields)}))
+
+
+@app.command("lexical")
+def lexical_command(
+    index: Annotated[Path, typer.Argument(help="Index directory to update in place.")],
+) -> None:
+    """Add a lexical (BM25) index of the documents' text, for 'index search --mode lexical|hybrid'
+    (rebuilt if it exists). One transaction; refused while a writer (e.g. the service) holds the index."""
+    with _opened(index) as live:
+        added = live.enable_lexical()
+        typer.echo(json.dumps({"lexical": "added" if added else "rebuilt", "documents": live.count()}))
 
 
 def _add_field_indexes(index: Path, fields: list[str]) -> list[str]:

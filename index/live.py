@@ -7,6 +7,7 @@ writes a new one and then drops the log rows it holds. One process writes a dire
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,8 +21,9 @@ import numpy as np
 from distilembed.errors import BusyError, UserError
 from index import integrity
 from index.filtered_search import filtered_search, vector_search
-from index.filters import MATCH_ALL
+from index.filters import MATCH_ALL, Node
 from index.filters import parse as parse_filter
+from index.fusion import reciprocal_rank_fusion, weighted_score_fusion
 from index.integrity import INDEX_FILE, RESCORE_FILE, STAGED_FILE, STAGED_RESCORE, STORE_FILE, writer_lock
 from index.live_state import Change
 from index.rescore import DEFAULT_RESCORE_K
@@ -30,7 +32,7 @@ from index.store import Document
 from index.vectors import add, bytes_per_vector, centroid_bytes, on_disk, remove, save_index
 
 log = logging.getLogger(__name__)
-__all__ = ["INDEX_FILE", "STORE_FILE", "Hit", "LiveIndex", "open_for_bundle"]
+__all__ = ["INDEX_FILE", "STORE_FILE", "Hit", "HybridHit", "LiveIndex", "open_for_bundle"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,22 @@ class Hit:
     score: float
     text: str
     metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HybridHit(Hit):
+    """A hybrid search's hit: ``score`` the fused one, then each side's own score (dense: the inner
+    product; lexical: BM25), None where its candidates lack it; ``matched``: the sides that hold it."""
+
+    dense_score: float | None
+    lexical_score: float | None
+    matched: tuple[str, ...]
+
+
+FUSIONS = ("rrf", "weighted")
+# Candidates per side: at the RRF constant 60, a document ranked 50th still adds 1/110, over half a
+# first place's 1/61, and the dense side's rescoring and filters already cost per candidate.
+HYBRID_CANDIDATES = 50
 
 
 class LiveIndex(Retraining):
@@ -117,11 +135,7 @@ class LiveIndex(Retraining):
         queries = self.check_vectors(queries)
         node = parse_filter(where)
         with self._lock:
-            nprobe = nprobe or self.nprobe
-            if node == MATCH_ALL:
-                scores, ids = vector_search(self, queries, k, nprobe, rescore_k=rescore_k)
-            else:
-                scores, ids = filtered_search(self, queries, k, nprobe, node, rescore_k=rescore_k)
+            scores, ids = self._dense(queries, k, nprobe or self.nprobe, node, rescore_k)
             docs = self.store.get_many([int(i) for i in ids.ravel() if i >= 0])
         return [
             [
@@ -130,6 +144,88 @@ class LiveIndex(Retraining):
                 if i >= 0 and i in docs
             ]
             for row_s, row_i in zip(scores, ids, strict=True)
+        ]
+
+    def _dense(
+        self, queries: np.ndarray, k: int, nprobe: int, node: Node, rescore_k: int | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if node == MATCH_ALL:
+            return vector_search(self, queries, k, nprobe, rescore_k=rescore_k)
+        return filtered_search(self, queries, k, nprobe, node, rescore_k=rescore_k)
+
+    @property
+    def lexical(self) -> bool:
+        """Whether the index has its lexical (BM25) index (index/lexical.py)."""
+        with self._lock:
+            return self.store.lexical
+
+    def enable_lexical(self) -> bool:
+        """Add the lexical index over every document in one transaction (or rebuild it), and record it
+        in the manifest; True if it was added. Writers only; its IVF lists may be on disk."""
+        if self._writer is None:
+            raise UserError(f"{self.dir} was opened read-only")
+        with self._lock:
+            added = self.store.enable_lexical()
+            self.manifest = self.manifest | {"lexical": True}
+            integrity.write_manifest(self.dir, self.manifest)
+        return added
+
+    def search_lexical(self, text: str, k: int = 10, where: dict[str, Any] | None = None) -> list[Hit]:
+        """The top-k documents for ``text`` by BM25 (the score; higher is better); ``where``: a filter."""
+        node = parse_filter(where)
+        with self._lock:
+            found = self.store.lexical_search(text, k, node)
+            docs = self.store.get_many([i for i, _ in found])
+        return [Hit(docs[i].id, s, docs[i].text, docs[i].metadata) for i, s in found if i in docs]
+
+    def search_hybrid(
+        self,
+        query_vector: np.ndarray,
+        text: str,
+        k: int = 10,
+        where: dict[str, Any] | None = None,
+        *,
+        fusion: str = "rrf",
+        weights: Sequence[float] = (1.0, 1.0),
+        candidates: int | None = None,
+        nprobe: int | None = None,
+    ) -> list[HybridHit]:
+        """The top-k of the dense and the lexical top ``candidates`` (default: k, at least 50), both
+        filtered by ``where``, fused (index/fusion.py: ``rrf``, or ``weighted`` min-max scores);
+        ``weights``: (dense, lexical)."""
+        if k < 1:
+            raise UserError(f"k must be at least 1, not {k}")
+        if fusion not in FUSIONS:
+            raise UserError(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
+        if len(weights) != 2 or not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
+            raise UserError(
+                f"weights must be two finite numbers >= 0 (dense, lexical), not both 0: {weights}"
+            )
+        queries = self.check_vectors(np.reshape(np.asarray(query_vector, dtype=np.float32), (1, -1)))
+        node, window = parse_filter(where), max(k, candidates or HYBRID_CANDIDATES)
+        with self._lock:
+            lexical = self.store.lexical_search(text, window, node)  # first: refused without the table
+            scores, ids = self._dense(queries, window, nprobe or self.nprobe, node, None)
+            dense = [(int(i), float(s)) for s, i in zip(scores[0], ids[0], strict=True) if i >= 0]
+            if fusion == "rrf":
+                ranked = [[i for i, _ in dense], [i for i, _ in lexical]]
+                fused = reciprocal_rank_fusion(ranked, weights=weights)[:k]
+            else:
+                fused = weighted_score_fusion([dense, lexical], weights)[:k]
+            docs = self.store.get_many([i for i, _ in fused])
+        sides = {"dense": dict(dense), "lexical": dict(lexical)}
+        return [
+            HybridHit(
+                docs[i].id,
+                s,
+                docs[i].text,
+                docs[i].metadata,
+                sides["dense"].get(i),
+                sides["lexical"].get(i),
+                tuple(name for name, found in sides.items() if i in found),
+            )
+            for i, s in fused
+            if i in docs
         ]
 
     def count(self, where: dict[str, Any] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""SQLite document store: external string id -> stable int64 id, text and JSON metadata."""
+"""SQLite document store: external string id -> stable int64 id, text and JSON metadata; optionally a
+lexical (BM25) index of the text (index/lexical.py), kept in step by every write here."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from distilembed.errors import UserError
-from index import filter_sql
+from index import filter_sql, lexical
 from index.filter_cache import MatchCache
-from index.filters import Node, conditions, join_path, split_path
+from index.filters import MATCH_ALL, Node, conditions, join_path, split_path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
@@ -105,9 +106,11 @@ class DocumentStore:
         existing = self.int_ids(last)
         replaced = sorted(existing.values())
         with self._transaction():
-            fields = self.indexed_fields()
+            fields, fts = self.indexed_fields(), lexical.enabled(self.db)
             if fields and replaced:
                 self._drop_field_values(replaced)
+            if fts and replaced:
+                lexical.unindex_rows(self.db, replaced)
             for doc in last.values():
                 meta = json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True)
                 existing[doc.id] = int(self.db.execute(UPSERT_DOC, (doc.id, doc.text, meta)).fetchone()[0])
@@ -117,6 +120,8 @@ class DocumentStore:
                 if vectors is not None:
                     blob = np.ascontiguousarray(vectors[rows[doc.id]], dtype="<f4").tobytes()
                     self.db.execute(LOG_CHANGE, (existing[doc.id], blob))
+            if fts:
+                lexical.index_rows(self.db, [existing[ext] for ext in last])
         return [existing[doc.id] for doc in docs], replaced
 
     @contextmanager
@@ -155,6 +160,8 @@ class DocumentStore:
         """Delete documents and log their vector removals in one transaction; return {ext id: int id}."""
         gone: dict[str, int] = {}
         with self._transaction():
+            if lexical.enabled(self.db):
+                lexical.unindex_rows(self.db, list(self.int_ids(ext_ids).values()))
             for ext in dict.fromkeys(ext_ids):
                 row = self.db.execute("DELETE FROM docs WHERE ext_id = ? RETURNING int_id", (ext,)).fetchone()
                 if row:
@@ -199,6 +206,26 @@ class DocumentStore:
                 ]
                 self.db.executemany(INSERT_FIELD_VALUE, values)
         return True
+
+    @property
+    def lexical(self) -> bool:
+        """Whether the store keeps a lexical index (index/lexical.py), read each time as fields are."""
+        return lexical.enabled(self.db)
+
+    def enable_lexical(self) -> bool:
+        """Add the lexical index, or rebuild it, in one transaction; True if it was added."""
+        with self._transaction():
+            return lexical.enable(self.db)
+
+    def lexical_search(self, text: str, k: int, node: Node | None = None) -> list[tuple[int, float]]:
+        """The top-k (int id, BM25 score) for ``text`` among the documents passing ``node``."""
+        if not self.lexical:
+            where = self.path.parent
+            raise UserError(f"{where} has no lexical index: add it with 'distilembed index lexical {where}'")
+        if node is None or node == MATCH_ALL:
+            return lexical.search(self.db, text, k)
+        sql, params = filter_sql.compile_where(node, self.indexed_fields(), per_row=True)
+        return lexical.search(self.db, text, k, sql, params)
 
     def _drop_field_values(self, int_ids: Sequence[int]) -> None:
         self.db.execute(f"DELETE FROM field_values WHERE int_id IN ({IDS_PARAM})", (json.dumps(int_ids),))
@@ -270,6 +297,8 @@ class DocumentStore:
                         "INSERT INTO field_values SELECT v.* FROM source.field_values v "
                         "WHERE v.int_id IN (SELECT int_id FROM docs)"
                     )
+                if lexical.enabled(self.db, "source") or lexical.enabled(self.db):
+                    lexical.enable(self.db)
         finally:
             self.db.execute("DETACH DATABASE source")
         return int(cur.rowcount)

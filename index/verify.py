@@ -3,7 +3,10 @@ Faiss ids against the stored documents' ids."""
 
 from __future__ import annotations
 
+import sqlite3
+import tempfile
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import numpy as np
 
 from distilembed.artifacts import sha256_file
 from distilembed.errors import BusyError, UserError
+from index import lexical
 from index.integrity import INDEX_FILE, STORE_FILE, has_records, match_record, read_index_manifest
 from index.live import LiveIndex
 from index.snapshot import SNAPSHOT_KIND, check_snapshot
@@ -44,6 +48,9 @@ def verify_index(directory: Path) -> dict[str, Any]:
             raise UserError(f"{where}: {STORE_FILE} fails SQLite's integrity_check: {problems[0]}")
         files[STORE_FILE] = "integrity_check ok"
         counts = _compare_ids(where, live)
+        if live.store.lexical:
+            _check_lexical(where, live)
+            counts["lexical"] = "integrity-check ok"
     finally:
         live.close(checkpoint=False)
     unchecked = "none (written before they were kept; a checkpoint adds them)"
@@ -78,3 +85,19 @@ def _compare_ids(where: str, live: LiveIndex) -> dict[str, Any]:
             f"vector, {len(extra)} vectors without a document)"
         )
     return {"ntotal": len(held), "documents": len(stored), "logged_changes": logged}
+
+
+def _check_lexical(where: str, live: LiveIndex) -> None:
+    """FTS5's integrity-check of the lexical index against the documents, on a private copy of the
+    store: in place it would take the store's write lock, and a served index's writes would wait."""
+    with (
+        tempfile.TemporaryDirectory(prefix="distilembed-verify-") as tmp,
+        closing(sqlite3.connect(f"{tmp}/{STORE_FILE}", isolation_level=None)) as copy,
+    ):
+        live.store.db.backup(copy)
+        problems = lexical.check(copy)
+    if problems:
+        raise UserError(
+            f"{where}: its lexical index ({lexical.TABLE}) fails FTS5's integrity-check ({problems[0]}): "
+            f"rebuild it with 'distilembed index lexical {live.dir}'"
+        )

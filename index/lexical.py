@@ -1,0 +1,108 @@
+"""Lexical (BM25) search beside the vectors: a 128-d student blurs rare names, codes and numbers that
+an inverted index finds exactly. It is an SQLite FTS5 table inside the document store, so writes,
+snapshots, shards and kill -9 treat it as they treat the documents.
+
+The table is external-content (``content='docs'``): FTS5 keeps only its inverted index and reads the
+text from ``docs``. The store's write statements keep it in step in their own transaction
+(``index_rows`` and ``unindex_rows``, index/store.py), not triggers: the store's connections run with
+``trusted_schema=OFF`` (docs/decisions.md, 26), and SQLite 3.40 refuses any trigger, TEMP ones too,
+that writes an FTS5 table there ("unsafe use of virtual table"). A user's text reaches FTS5 only as
+quoted strings OR'ed together (``match_query``): its syntax is never interpreted, and BM25 ranks a
+document by the rare words it shares with the query.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from distilembed.errors import first_line
+
+TABLE = "docs_fts"
+# unicode61: Unicode word boundaries and case folding; remove_diacritics 2: "Zurich" finds "Zürich"
+# (mode 1 misses letters carrying several marks)
+CREATE = (
+    f"CREATE VIRTUAL TABLE IF NOT EXISTS {TABLE} USING fts5(text, content='docs', "
+    "content_rowid='int_id', tokenize='unicode61 remove_diacritics 2')"
+)
+_IDS = "int_id IN (SELECT value FROM json_each(?))"
+_INDEX = f"INSERT INTO {TABLE} (rowid, text) SELECT int_id, text FROM docs WHERE {_IDS}"
+# An external-content row is removed by naming the text it was indexed with: read it before it changes.
+_UNINDEX = f"INSERT INTO {TABLE} ({TABLE}, rowid, text) SELECT 'delete', int_id, text FROM docs WHERE {_IDS}"
+MAX_TERMS = 64
+# Chunks between whitespace, ASCII punctuation and controls (FTS5's syntax characters among them),
+# and lone surrogates (no UTF-8 for SQLite); FTS5 tokenizes each chunk as it tokenized the documents.
+_CHUNK = re.compile(r"[^\s\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\ud800-\udfff]+")
+_WORD = re.compile(r"[^\W_]")  # a letter or digit: the chunk holds a token
+
+
+def enabled(db: sqlite3.Connection, schema: str = "main") -> bool:
+    """Whether ``schema`` (main, or an attached database's name) holds the lexical table."""
+    query = f"SELECT 1 FROM {schema}.sqlite_master WHERE type = 'table' AND name = ?"
+    return db.execute(query, (TABLE,)).fetchone() is not None
+
+
+def enable(db: sqlite3.Connection) -> bool:
+    """Create the table if missing and (re)build it from ``docs``; run it inside a write transaction.
+    Returns whether it was created (idempotent: a rebuild also repairs a damaged one)."""
+    created = not enabled(db)
+    db.execute(CREATE)
+    db.execute(f"INSERT INTO {TABLE} ({TABLE}) VALUES ('rebuild')")
+    return created
+
+
+def index_rows(db: sqlite3.Connection, int_ids: Sequence[int]) -> None:
+    """Index the current text of these documents (after they were written)."""
+    db.execute(_INDEX, (_json_ids(int_ids),))
+
+
+def unindex_rows(db: sqlite3.Connection, int_ids: Sequence[int]) -> None:
+    """Remove these documents from the index (before their text changes or they are deleted)."""
+    db.execute(_UNINDEX, (_json_ids(int_ids),))
+
+
+def _json_ids(int_ids: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(i)) for i in int_ids) + "]"
+
+
+def match_query(text: str) -> str | None:
+    """An FTS5 query for arbitrary text: its first ``MAX_TERMS`` distinct chunks holding a word, each
+    a quoted string ('"' doubled), OR'ed together; None when it holds no word."""
+    terms: dict[str, str] = {}
+    for match in _CHUNK.finditer(text):
+        if _WORD.search(chunk := match.group()):
+            terms.setdefault(chunk.lower(), chunk)
+            if len(terms) == MAX_TERMS:
+                break
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms.values()) or None
+
+
+def search(
+    db: sqlite3.Connection, text: str, k: int, where_sql: str | None = None, params: Sequence[Any] = ()
+) -> list[tuple[int, float]]:
+    """The top-k (int id, BM25 score, higher is better) for ``text``, ties by id; ``where_sql``: a
+    condition on each matching ``docs`` row (index/filter_sql.py, per row) with its ``params``. User
+    text and filter values reach SQLite as bound parameters only."""
+    query = match_query(text)
+    if query is None or k < 1:
+        return []
+    # the text's matches drive the loop (CROSS JOIN keeps that order): a filter costs what they cost
+    joined = f" CROSS JOIN docs ON docs.int_id = {TABLE}.rowid" if where_sql else ""
+    condition = f" AND ({where_sql})" if where_sql else ""
+    sql = (
+        f"SELECT {TABLE}.rowid, bm25({TABLE}) AS r FROM {TABLE}{joined} "
+        f"WHERE {TABLE} MATCH ?{condition} ORDER BY r, {TABLE}.rowid LIMIT ?"
+    )
+    return [(int(i), -float(r)) for i, r in db.execute(sql, [query, *params, k])]
+
+
+def check(db: sqlite3.Connection) -> list[str]:
+    """FTS5's integrity-check, the index against the documents' text too; [] if sound. It is a write
+    statement: SQLite refuses it on a read-only connection and takes the write lock for it."""
+    try:
+        db.execute(f"INSERT INTO {TABLE} ({TABLE}, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.DatabaseError as exc:
+        return [first_line(exc)]
+    return []
