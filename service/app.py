@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
 from distilembed.artifacts import tool_versions
 from distilembed.errors import UserError
@@ -22,6 +23,8 @@ from index.searcher import IndexLike
 from service import errors, middleware, openapi, routes_embed, routes_index, routes_ops
 from service.auth import Access, AccessMiddleware, AccessTable, KeyRing, require_read, require_write
 from service.batcher import Batcher, EncoderLike
+from service.fast_path import FastEmbedMiddleware
+from service.routes_embed import FAST_ROUTES
 from service.settings import Settings
 from service.state import ServiceState, bundle_path
 
@@ -32,8 +35,9 @@ VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "
 def load_encoder(s: Settings) -> EncoderLike:
     from export.runtime import Encoder
 
+    _, threads = s.encoder_threads()
     return Encoder(
-        s.bundle, variant=s.variant, threads=s.threads, batch_size=s.run_batch, spin_wait=s.spin_wait
+        s.bundle, variant=s.variant, threads=threads, batch_size=s.run_batch, spin_wait=s.spin_wait
     )
 
 
@@ -87,7 +91,16 @@ async def _startup(state: ServiceState) -> None:
     state.versions = tool_versions(*VERSIONED)
     if index is not None:
         state.metrics.index_vectors.set_function(lambda: float(index.ntotal))
-    batcher = Batcher(encoder, s.max_batch, s.max_wait_ms, s.max_queue, state.metrics, run_batch=s.run_batch)
+    workers = s.encoder_threads()[0]
+    batcher = Batcher(
+        encoder,
+        s.max_batch,
+        s.max_wait_ms,
+        s.max_queue,
+        state.metrics,
+        run_batch=s.run_batch,
+        workers=workers,
+    )
     batcher.start()
     state.batcher = batcher
     if s.warmup:
@@ -162,7 +175,10 @@ def create_app(
     for router, access in needs:
         app.include_router(router, **options[access])
     openapi.install(app, settings)
-    # Outermost last: observability, CORS, the 500 guard, the key check (before the body is read), body limit.
+    # Outermost last: observability, CORS, the 500 guard, the key check (before the body is read), body
+    # limit, the embedding routes' fast path.
+    fast = {r.path: r for r in routes_embed.router.routes if isinstance(r, Route) and r.path in FAST_ROUTES}
+    app.add_middleware(FastEmbedMiddleware, state=app.state.service, routes=fast, keys=keys.enabled)
     app.add_middleware(middleware.PayloadLimitMiddleware, limit=settings.max_payload_bytes)
     if keys.enabled:
         table = AccessTable((r, a) for router, a in needs if a is not None for r in router.routes)

@@ -125,9 +125,11 @@ class Batcher:
         metrics: Metrics | None = None,
         *,
         run_batch: int | None = None,
+        workers: int = 1,
     ) -> None:
         """``run_batch``: rows per model run; a call of more texts is sorted by length and split into
-        runs of this size, so one long text does not pad the whole call (default: one run)."""
+        runs of this size, so one long text does not pad the whole call (default: one run).
+        ``workers``: threads that each take a batch and call the encoder, so that calls overlap."""
         self.encoder, self.max_batch, self.max_queue = encoder, max_batch, max_queue
         self.run_batch, self.max_wait = run_batch, max_wait_ms / 1000
         self.metrics = metrics or Metrics()  # a registry of its own when none is given
@@ -137,7 +139,10 @@ class Batcher:
         self._closed = False
         self._batch_seconds = 0.01  # moving average, for Retry-After
         self._listeners: list[Callable[[int], None]] = [self.metrics.queue_depth.set]
-        self._thread = threading.Thread(target=self._run, name="distilembed-encoder", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, name=f"distilembed-encoder-{i}", daemon=True)
+            for i in range(workers)
+        ]
 
     @property
     def depth(self) -> int:
@@ -149,7 +154,8 @@ class Batcher:
         self._listeners.append(listener)
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def retry_after(self) -> int:
         return max(1, math.ceil(self._queued / self.max_batch * self._batch_seconds))
@@ -192,8 +198,10 @@ class Batcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread.is_alive():
-            await asyncio.to_thread(self._thread.join, timeout)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.is_alive():
+                await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
         with self._cond:
             left, self._pending = list(self._pending), deque()
             self._queued = 0

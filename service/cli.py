@@ -26,7 +26,10 @@ def serve_command(
     ] = None,
     host: Annotated[str | None, Opt(help="Bind address (env DISTILEMBED_HOST; default 127.0.0.1).")] = None,
     port: Annotated[int | None, Opt(help="Port (env DISTILEMBED_PORT; default 8080).")] = None,
-    threads: Annotated[int | None, Opt(help="onnxruntime threads (env DISTILEMBED_THREADS).")] = None,
+    threads: Annotated[int | None, Opt(help="Cores the encoder uses (env DISTILEMBED_THREADS).")] = None,
+    workers: Annotated[
+        int | None, Opt(help="Model calls at once, threads / workers each (env DISTILEMBED_WORKERS).")
+    ] = None,
     max_batch: Annotated[
         int | None, Opt(help="Texts per encoder call (env DISTILEMBED_MAX_BATCH; default 128).")
     ] = None,

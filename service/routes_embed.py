@@ -5,17 +5,21 @@ still describe them in OpenAPI); ``encoding_format`` quantises as sentence-trans
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.types import Scope
 
 from export import quantize
-from service.errors import documented, payload_too_large, require_json, took_ms, validation
+from service.errors import documented, payload_too_large, require_json, validation
+from service.middleware import elapsed_ms
 from service.schemas import EmbeddingRequest, EmbeddingResponse, EmbedRequest, SimilarityRequest, Vector
-from service.state import State
+from service.state import ServiceState, State
 
 # Every route takes a JSON body; create_app adds the read-key check when keys are set.
 router = APIRouter(dependencies=[Depends(require_json)], responses=documented(400, 413, 415, 422, 429, 503))
@@ -62,9 +66,8 @@ def encode_rows(vectors: np.ndarray, encoding: str, ranges: np.ndarray | None) -
     return np.ascontiguousarray(quantize.quantize(vectors, encoding, ranges))
 
 
-@router.post("/v1/embeddings", response_model=EmbeddingResponse, tags=["embeddings"])
-async def openai_embeddings(body: EmbeddingRequest, request: Request, state: State) -> FastJSONResponse:
-    """OpenAI-compatible embeddings, optionally cut (``dimensions``) and quantised (``encoding_format``)."""
+async def openai_content(body: EmbeddingRequest, state: ServiceState, scope: Scope) -> dict[str, Any]:
+    """The body of a ``/v1/embeddings`` answer (the route and service/fast_path.py both serve it)."""
     encoder, _ = state.require_encoder()
     if body.dimensions is not None and body.dimensions > encoder.dim:
         raise validation(f"dimensions={body.dimensions} exceeds the model's {encoder.dim}")
@@ -76,26 +79,42 @@ async def openai_embeddings(body: EmbeddingRequest, request: Request, state: Sta
         vectors = quantize.prefix(vectors, body.dimensions)
     rows = encode_rows(vectors, body.encoding_format, ranges)
     tokens = sum(embedded.tokens)
-    return FastJSONResponse(
-        {
-            "object": "list",
-            "data": [{"object": "embedding", "embedding": row, "index": i} for i, row in enumerate(rows)],
-            "model": state.model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-            "took_ms": took_ms(request),
-        }
-    )
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "embedding": row, "index": i} for i, row in enumerate(rows)],
+        "model": state.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        "took_ms": elapsed_ms(scope),
+    }
 
 
-@router.post("/embed", response_model=list[Vector], tags=["embeddings"])
-async def tei_embed(body: EmbedRequest, state: State) -> FastJSONResponse:
-    """TEI-compatible: a list of vectors (always unit length) in ``encoding_format``. ``took_ms`` is in
-    the X-Took-Ms header."""
+async def tei_content(body: EmbedRequest, state: ServiceState, _scope: Scope) -> np.ndarray | list[str]:
+    """The body of an ``/embed`` answer (the route and service/fast_path.py both serve it)."""
     encoder, _ = state.require_encoder()
     ranges = _ranges(encoder, body.encoding_format, encoder.dim)
     texts = state.check_texts(_as_list(body.inputs), body.truncate)
     embedded = await state.embed(texts)
-    return FastJSONResponse(encode_rows(embedded.vectors, body.encoding_format, ranges))
+    return encode_rows(embedded.vectors, body.encoding_format, ranges)
+
+
+# What service/fast_path.py serves without FastAPI: path -> (request model, content).
+FAST_ROUTES: dict[str, tuple[type[BaseModel], Callable[[Any, ServiceState, Scope], Awaitable[Any]]]] = {
+    "/v1/embeddings": (EmbeddingRequest, openai_content),
+    "/embed": (EmbedRequest, tei_content),
+}
+
+
+@router.post("/v1/embeddings", response_model=EmbeddingResponse, tags=["embeddings"])
+async def openai_embeddings(body: EmbeddingRequest, request: Request, state: State) -> FastJSONResponse:
+    """OpenAI-compatible embeddings, optionally cut (``dimensions``) and quantised (``encoding_format``)."""
+    return FastJSONResponse(await openai_content(body, state, request.scope))
+
+
+@router.post("/embed", response_model=list[Vector], tags=["embeddings"])
+async def tei_embed(body: EmbedRequest, request: Request, state: State) -> FastJSONResponse:
+    """TEI-compatible: a list of vectors (always unit length) in ``encoding_format``. ``took_ms`` is in
+    the X-Took-Ms header."""
+    return FastJSONResponse(await tei_content(body, state, request.scope))
 
 
 def with_encodings(schema: dict[str, Any], encoder: Any) -> dict[str, Any]:

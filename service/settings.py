@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
 
@@ -29,7 +30,13 @@ class Settings(BaseSettings):
     )
     host: str = Field("127.0.0.1", description="Bind address (0.0.0.0: every interface).")
     port: int = Field(8080, ge=0, le=65535, description="TCP port.")
-    threads: int | None = Field(None, ge=0, description="onnxruntime intra-op threads (0 or unset: all).")
+    threads: int | None = Field(None, ge=0, description="Cores the encoder uses (0 or unset: all).")
+    workers: int | None = Field(
+        None,
+        ge=0,
+        description="Model calls at once, each on threads / workers onnxruntime threads (0 or unset: one "
+        "per thread, fastest for many small requests; 1: every thread on each call).",
+    )
     max_items: int = Field(256, ge=1, description="Most texts (or documents) in one request; more = 413.")
     max_chars: int = Field(8192, ge=1, description="Longest text in characters; more = 413 (truncate: cut).")
     max_queue: int = Field(2048, ge=1, description="Most texts waiting for the encoder; more = 429.")
@@ -175,6 +182,12 @@ class Settings(BaseSettings):
         if self.autoscale_max is not None and self.autoscale_max < self.replicas:
             raise ValueError(f"autoscale_max ({self.autoscale_max}) is below replicas ({self.replicas})")
         return self
+
+    def encoder_threads(self) -> tuple[int, int]:
+        """(workers, onnxruntime threads per worker) from ``threads`` and ``workers``."""
+        total = self.threads or os.cpu_count() or 1
+        workers = min(self.workers or total, total)
+        return workers, max(1, total // workers)
 
     @property
     def snapshots(self) -> Path | None:

@@ -372,7 +372,7 @@ def test_readiness_lifecycle_and_warmup():
         assert client.get("/health").json()["status"] == "ok"
     state = app.state.service
     assert state.ready is False and index.closed
-    assert not state.batcher._thread.is_alive()
+    assert not any(t.is_alive() for t in state.batcher._threads)
 
 
 def test_settings_from_env(monkeypatch):

@@ -29,7 +29,14 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def settings(**overrides) -> Settings:
-    base = {"bundle": "fake-bundle", "warmup": False, "max_items": 8, "max_queue": 64, "max_batch": 8}
+    base = {
+        "bundle": "fake-bundle",
+        "warmup": False,
+        "max_items": 8,
+        "max_queue": 64,
+        "max_batch": 8,
+        "workers": 1,
+    }
     return Settings(**(base | {"max_wait_ms": 0} | overrides))
 
 
@@ -165,7 +172,7 @@ def test_close_drains_queued_work_then_refuses():
         await asyncio.wait_for(closing, 30)
         check(first.result(), ["first"])
         check(queued.result(), ["queued before shutdown"])
-        assert not batcher._thread.is_alive()
+        assert not any(t.is_alive() for t in batcher._threads)
 
     asyncio.run(main())
 
@@ -272,3 +279,35 @@ def test_a_call_is_cut_into_model_runs_of_run_batch_rows():
     split, whole = asyncio.run(main())
     assert (split.calls, split.run_batches) == ([10], [4])  # one call, sorted and run 4 rows at a time
     assert (whole.calls, whole.run_batches) == ([10], [10])  # without run_batch: one run of the call
+
+
+class Overlapping(FakeEncoder):
+    """Each call waits until a second call is inside the encoder at the same time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both_inside = threading.Barrier(2, timeout=10)
+
+    def encode_ids(self, ids: list[list[int]], batch_size: int | None = None) -> np.ndarray:
+        self.both_inside.wait()  # a BrokenBarrierError after 10 s if the calls do not overlap
+        return super().encode_ids(ids, batch_size)
+
+
+def test_two_workers_run_two_encoder_calls_at_once():
+    async def main() -> list:
+        batcher = Batcher(Overlapping(), max_batch=1, max_wait_ms=0, workers=2)
+        batcher.start()
+        results = await asyncio.gather(batcher.embed(["a b"]), batcher.embed(["c d"]))
+        await batcher.aclose()
+        return results
+
+    first, second = asyncio.run(main())
+    check(first, ["a b"])
+    check(second, ["c d"])
+
+
+def test_workers_split_the_threads():
+    assert Settings(bundle="b", threads=4).encoder_threads() == (4, 1)
+    assert Settings(bundle="b", threads=4, workers=2).encoder_threads() == (2, 2)
+    assert Settings(bundle="b", threads=2, workers=1).encoder_threads() == (1, 2)
+    assert Settings(bundle="b", threads=2, workers=8).encoder_threads() == (2, 1)

@@ -36,7 +36,13 @@ def test_sigterm_finishes_the_requests_in_flight_and_loses_no_write(tmp_path: Pa
     index_dir = empty_index_dir(tmp_path / "idx", dim=8)
     port = free_port()
     settings = Settings(
-        bundle="fake-bundle", index_dir=index_dir, warmup=False, port=port, log_level="warning", max_batch=4
+        bundle="fake-bundle",
+        index_dir=index_dir,
+        warmup=False,
+        port=port,
+        log_level="warning",
+        max_batch=4,
+        workers=1,
     )
     app = create_app(settings, encoder)
     state = app.state.service
