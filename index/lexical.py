@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,10 +33,14 @@ _INDEX = f"INSERT INTO {TABLE} (rowid, text) SELECT int_id, text FROM docs WHERE
 # An external-content row is removed by naming the text it was indexed with: read it before it changes.
 _UNINDEX = f"INSERT INTO {TABLE} ({TABLE}, rowid, text) SELECT 'delete', int_id, text FROM docs WHERE {_IDS}"
 MAX_TERMS = 64
-# Chunks between whitespace, ASCII punctuation and controls (FTS5's syntax characters among them),
-# and lone surrogates (no UTF-8 for SQLite); FTS5 tokenizes each chunk as it tokenized the documents.
-_CHUNK = re.compile(r"[^\s\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f\ud800-\udfff]+")
-_WORD = re.compile(r"[^\W_]")  # a letter or digit: the chunk holds a token
+# A query is planned by document frequency (``plan``): FTS5 scores every document holding any term of
+# an OR query, so at 1M sentences a question with "the" and "is" in it took 0.6-0.8 s. The rarest terms
+# are kept while their documents add up to POSTINGS_BUDGET (about 1.5 us each here); terms in more than
+# STOPWORD_SHARE of the documents (and the budget) carry almost no BM25 weight and are never searched.
+POSTINGS_BUDGET = 4096
+STOPWORD_SHARE = 0.05
+DF_CACHE_SIZE = 65_536
+_TOKEN = re.compile(r"[^\W_]+")  # letters and digits, as FTS5's unicode61 tokenizer cuts text
 
 
 def enabled(db: sqlite3.Connection, schema: str = "main") -> bool:
@@ -67,25 +72,67 @@ def _json_ids(int_ids: Sequence[int]) -> str:
     return "[" + ",".join(str(int(i)) for i in int_ids) + "]"
 
 
-def match_query(text: str) -> str | None:
-    """An FTS5 query for arbitrary text: its first ``MAX_TERMS`` distinct chunks holding a word, each
-    a quoted string ('"' doubled), OR'ed together; None when it holds no word."""
-    terms: dict[str, str] = {}
-    for match in _CHUNK.finditer(text):
-        if _WORD.search(chunk := match.group()):
-            terms.setdefault(chunk.lower(), chunk)
-            if len(terms) == MAX_TERMS:
-                break
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms.values()) or None
+def query_terms(text: str) -> list[str]:
+    """The distinct tokens of ``text`` as FTS5 indexed them (case folded, diacritics removed: its
+    ``remove_diacritics 2``), at most ``MAX_TERMS``; lone surrogates (no UTF-8) are dropped."""
+    folded = unicodedata.normalize("NFD", text.lower().encode("utf-8", "ignore").decode("utf-8"))
+    plain = "".join(c for c in folded if not unicodedata.combining(c))
+    return list(dict.fromkeys(_TOKEN.findall(plain)))[:MAX_TERMS]
+
+
+def match_query(terms: Sequence[str]) -> str | None:
+    """An FTS5 query OR-ing ``terms``, each a quoted string ('"' doubled): FTS5 never reads a user's
+    text as its query syntax; None without terms."""
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms) or None
+
+
+def document_frequencies(
+    db: sqlite3.Connection, terms: Sequence[str], cache: dict[str, int], cap: int
+) -> dict[str, int]:
+    """Documents holding each term, counted up to ``cap`` (a stopword's count would read its whole
+    posting list); ``cache`` keeps them. A planning figure: it may lag writes."""
+    if len(cache) + len(terms) > DF_CACHE_SIZE:
+        cache.clear()
+    count = f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE {TABLE} MATCH ? LIMIT ?)"
+    for term in terms:
+        if term not in cache:
+            cache[term] = int(db.execute(count, (match_query([term]), cap)).fetchone()[0])
+    return {t: cache[t] for t in terms}
+
+
+def plan(
+    db: sqlite3.Connection, text: str, cache: dict[str, int], budget: int = POSTINGS_BUDGET
+) -> list[str]:
+    """The terms of ``text`` to search: the rarest first while their documents add up to ``budget``
+    (the rarest one always), none in more than ``STOPWORD_SHARE`` of the documents (and ``budget``:
+    a small index has no stopwords)."""
+    documents = db.execute("SELECT max(int_id) FROM docs").fetchone()[0] or 0
+    common = int(max(STOPWORD_SHARE * documents, budget))
+    counts = document_frequencies(db, query_terms(text), cache, common + 1)
+    kept: list[str] = []
+    total = 0
+    for term in sorted((t for t, n in counts.items() if 0 < n <= common), key=counts.get):
+        if kept and total + counts[term] > budget:
+            break
+        kept.append(term)
+        total += counts[term]
+    return kept
 
 
 def search(
-    db: sqlite3.Connection, text: str, k: int, where_sql: str | None = None, params: Sequence[Any] = ()
+    db: sqlite3.Connection,
+    text: str,
+    k: int,
+    where_sql: str | None = None,
+    params: Sequence[Any] = (),
+    *,
+    cache: dict[str, int] | None = None,
 ) -> list[tuple[int, float]]:
-    """The top-k (int id, BM25 score, higher is better) for ``text``, ties by id; ``where_sql``: a
-    condition on each matching ``docs`` row (index/filter_sql.py, per row) with its ``params``. User
-    text and filter values reach SQLite as bound parameters only."""
-    query = match_query(text)
+    """The top-k (int id, BM25 score over the planned terms, higher is better) for ``text``, ties by
+    id; ``where_sql``: a condition on each matching ``docs`` row (index/filter_sql.py, per row) with
+    its ``params``; ``cache``: document frequencies kept between calls. User text and filter values
+    reach SQLite as bound parameters only."""
+    query = match_query(plan(db, text, {} if cache is None else cache))
     if query is None or k < 1:
         return []
     # the text's matches drive the loop (CROSS JOIN keeps that order): a filter costs what they cost

@@ -86,6 +86,7 @@ class DocumentStore:
         filter_sql.install(self.db)
         self._commits = 0  # this connection's commits: with data_version, what a cached match set saw
         self.matches = MatchCache()
+        self._term_counts: dict[str, int] = {}  # documents per lexical term, for query planning
         if readonly:
             self.db.execute("PRAGMA query_only=ON")
 
@@ -214,6 +215,7 @@ class DocumentStore:
 
     def enable_lexical(self) -> bool:
         """Add the lexical index, or rebuild it, in one transaction; True if it was added."""
+        self._term_counts.clear()
         with self._transaction():
             return lexical.enable(self.db)
 
@@ -223,9 +225,9 @@ class DocumentStore:
             where = self.path.parent
             raise UserError(f"{where} has no lexical index: add it with 'distilembed index lexical {where}'")
         if node is None or node == MATCH_ALL:
-            return lexical.search(self.db, text, k)
+            return lexical.search(self.db, text, k, cache=self._term_counts)
         sql, params = filter_sql.compile_where(node, self.indexed_fields(), per_row=True)
-        return lexical.search(self.db, text, k, sql, params)
+        return lexical.search(self.db, text, k, sql, params, cache=self._term_counts)
 
     def _drop_field_values(self, int_ids: Sequence[int]) -> None:
         self.db.execute(f"DELETE FROM field_values WHERE int_id IN ({IDS_PARAM})", (json.dumps(int_ids),))

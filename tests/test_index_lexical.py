@@ -194,7 +194,7 @@ def test_hostile_text_is_only_ever_searched_as_text(tmp_path, text) -> None:
     store = DocumentStore(tmp_path / STORE_FILE)
     store.upsert([Document("a", "near and not text column nested start prefix word x²")])
     store.enable_lexical()
-    query = lexical.match_query(text)
+    query = lexical.match_query(lexical.query_terms(text))
     assert query is not None and query.count(" OR ") < lexical.MAX_TERMS
     found = store.lexical_search(text, 10)  # no sqlite3 error, whatever it finds
     if text in ("NEAR", "AND", "NEAR(a b, 3)", "text: colon filter", "{text}: column set", "prefix*"):
@@ -203,7 +203,7 @@ def test_hostile_text_is_only_ever_searched_as_text(tmp_path, text) -> None:
 
 @pytest.mark.parametrize("text", ['"', ")", "", "   ", "!?*^():\"'-+{}[]", "_ _ __", "\x00\x01", "\ud800"])
 def test_text_without_a_word_gives_no_query(text) -> None:
-    assert lexical.match_query(text) is None
+    assert lexical.match_query(lexical.query_terms(text)) is None
 
 
 def test_random_operator_soup_never_raises(tmp_path) -> None:
@@ -233,7 +233,8 @@ def test_random_operator_soup_never_raises(tmp_path) -> None:
     ]
     for _ in range(300):
         store.lexical_search("".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))), 5)
-    assert lexical.match_query('alpha "beta" ALPHA') == '"alpha" OR "beta"'  # distinct, quoted, OR'ed
+    assert lexical.query_terms('alpha "beta" ALPHA Zürich') == ["alpha", "beta", "zurich"]  # distinct, folded
+    assert lexical.match_query(['a"b', "c"]) == '"a""b" OR "c"'  # quoted, quotes doubled, OR'ed
 
 
 @pytest.mark.parametrize("damage", ["text edited behind the index", "index rows deleted"])
@@ -316,3 +317,19 @@ def test_build_keeps_the_lexical_index_by_default(tiny_bundle, tmp_path) -> None
     live.close()
     empty = create_empty(BuildConfig(bundle=str(tiny_bundle), out=str(tmp_path / "empty")), lexical=False)
     assert empty["lexical"] is False and not LiveIndex(tmp_path / "empty", writable=False).lexical
+
+
+def test_plan_keeps_the_rarest_terms_within_the_budget_and_drops_stopwords(tmp_path) -> None:
+    store = DocumentStore(tmp_path / STORE_FILE)
+    docs = [
+        Document(f"d{i}", f"the cat {'sat' if i < 3 else 'ran'} {'zebra' if i == 7 else ''}")
+        for i in range(200)
+    ]
+    store.upsert(docs)
+    store.enable_lexical()
+    counts: dict[str, int] = {}
+    # the: 200 documents, over 5% of 200 and over the budget of 4: a stopword; zebra 1, sat 3, cat 200
+    assert lexical.plan(store.db, "The zebra sat; the cat", counts, budget=4) == ["zebra", "sat"]
+    assert lexical.plan(store.db, "the cat", counts, budget=4) == []  # only stopwords: nothing to search
+    assert counts["the"] == 11  # counted up to max(5% of 200, 4) + 1, not through its whole posting list
+    assert store.lexical_search("the zebra", 5)[0][0] == 8  # a small index keeps "the", ranked below zebra
