@@ -4,16 +4,15 @@ on this path."""
 from __future__ import annotations
 
 import json
-from contextlib import closing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from distilembed.errors import UserError
+from index import cli_search
+from index.cli_common import FILTER_HELP, Opt, encoder_for, filter_json, opened
 
-Opt = typer.Option
 app = typer.Typer(help="Build and query a Faiss index of a corpus.", no_args_is_help=True)
 
 
@@ -125,67 +124,8 @@ def init_command(
     typer.echo(json.dumps({k: manifest[k] for k in ("ntotal", "dim", "index_type", "plan", "lexical")}))
 
 
-def _encoder_for(
-    index_dir: Path, bundle: Path | None, writable: bool, rescore_k: int | None = None
-) -> tuple[Any, Any]:
-    """The index, opened for writing or only to search, and the encoder of its bundle."""
-    from distilembed.artifacts import read_manifest
-    from export.runtime import Encoder, bundle_identity
-    from index.integrity import read_index_manifest
-    from index.shards import SHARDS_KIND, open_index
-
-    manifest = read_index_manifest(index_dir, kinds=("index", SHARDS_KIND))
-    sharded = manifest["kind"] == SHARDS_KIND
-    if sharded and writable:
-        raise UserError(f"{index_dir} is a sharded index, read-only: write to its source and shard it again")
-    built = index_dir / manifest["shards"][0] if sharded else index_dir
-    meta = read_manifest(built).get("bundle", {}) if (built / "manifest.json").is_file() else {}
-    if bundle is None and not meta.get("path"):
-        raise UserError(f"{index_dir} does not record the bundle it was built with: pass --bundle")
-    bundle_dir = bundle or Path(meta["path"])
-    encoder = Encoder(bundle_dir, variant=meta.get("variant", "int8"))
-    bundle_sha = bundle_identity(bundle_dir)
-    return open_index(index_dir, encoder.dim, bundle_sha, writable=writable, rescore_k=rescore_k), encoder
-
-
-@app.command("search")
-def search_command(
-    index: Annotated[Path, Opt(help="Index directory.")],
-    query: Annotated[str, Opt(help="Query text.")],
-    k: Annotated[int, Opt("-k", "--top-k", min=1, help="Hits to print.")] = 10,
-    nprobe: Annotated[int | None, Opt()] = None,
-    rescore_k: Annotated[
-        int | None, Opt(help="pq, binary: candidates rescored (default: the index's).", min=1)
-    ] = None,
-    bundle: Annotated[
-        Path | None, Opt(help="Bundle to embed the query (default: the one it was built with).")
-    ] = None,
-    filter_: Annotated[str | None, Opt("--filter", help=FILTER_HELP)] = None,
-    mode: Annotated[str, Opt(help="dense | lexical (BM25) | hybrid (both, fused).")] = "dense",
-    fusion: Annotated[str, Opt(help="hybrid: rrf (ranks) | weighted (min-max scores).")] = "rrf",
-) -> None:
-    """Top-k documents for a query (hybrid: each hit's sides in brackets)."""
-    if not query.strip():
-        raise UserError("--query is empty: give the text to search for")
-    if mode not in ("dense", "lexical", "hybrid"):
-        raise UserError(f"--mode must be dense, lexical or hybrid, not {mode!r}")
-    where = _filter(filter_)
-    if mode == "lexical":  # no encoder needed
-        with _opened(index, writable=False) as live:
-            hits = live.search_lexical(query, k, where)
-    else:
-        live, encoder = _encoder_for(index, bundle, writable=False, rescore_k=rescore_k)
-        if mode == "dense":
-            hits = live.search(encoder.encode([query]), k, nprobe, where)[0]
-        elif not hasattr(live, "search_hybrid"):
-            raise UserError(f"{index} is a sharded index: search its source index with --mode hybrid")
-        else:
-            hits = live.search_hybrid(
-                encoder.encode([query])[0], query, k, where, fusion=fusion, nprobe=nprobe
-            )
-    for rank, hit in enumerate(hits, 1):
-        sides = f"  [{'+'.join(hit.matched)}]" if mode == "hybrid" else ""
-        typer.echo(f"{rank:>3}  {hit.score:.4f}{sides}  {hit.id}  {hit.text}")
+app.command("search")(cli_search.search_command)
+app.command("list")(cli_search.list_command)
 
 
 @app.command("count")
@@ -194,8 +134,8 @@ def count_command(
     filter_: Annotated[str | None, Opt("--filter", help=FILTER_HELP)] = None,
 ) -> None:
     """How many documents pass a filter (all of them without one)."""
-    where = _filter(filter_)
-    with _opened(index, writable=False) as live:
+    where = filter_json(filter_)
+    with opened(index, writable=False) as live:
         typer.echo(json.dumps({"count": live.count(where)}))
 
 
@@ -214,40 +154,16 @@ def lexical_command(
 ) -> None:
     """Add a lexical (BM25) index of the documents' text, for 'index search --mode lexical|hybrid'
     (rebuilt if it exists). One transaction; refused while a writer (e.g. the service) holds the index."""
-    with _opened(index) as live:
+    with opened(index) as live:
         added = live.enable_lexical()
         typer.echo(json.dumps({"lexical": "added" if added else "rebuilt", "documents": live.count()}))
 
 
 def _add_field_indexes(index: Path, fields: list[str]) -> list[str]:
-    with _opened(index) as live:
+    with opened(index) as live:
         for field in fields:
             live.add_field_index(field)
         return list(live.indexed_fields)
-
-
-def _opened(index: Path, writable: bool = True) -> closing[Any]:
-    """The ``LiveIndex`` at ``index``, closed (a writer checkpointed) after the block."""
-    from index.live import LiveIndex
-
-    return closing(LiveIndex(index, writable=writable))
-
-
-FILTER_HELP = 'A metadata filter as JSON, e.g. \'{"lang": "en", "year": {"$gte": 2020}}\' (docs/serving.md).'
-
-
-def _filter(text: str | None) -> dict[str, Any] | None:
-    """The --filter JSON, checked here so that a mistake is one line before anything loads."""
-    if text is None:
-        return None
-    from index.filters import parse
-
-    try:
-        where = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"--filter is not valid JSON: {exc.msg} at character {exc.pos}") from None
-    parse(where)
-    return where
 
 
 @app.command("add")
@@ -267,7 +183,7 @@ def add_command(
     from index.corpus import CorpusSpec
 
     docs, _, _ = read_corpus(CorpusSpec(corpus, id_column, text_column, tuple(metadata_column or ())))
-    live, encoder = _encoder_for(index, bundle, writable=True)
+    live, encoder = encoder_for(index, bundle, writable=True)
     added = replaced = 0
     with tqdm(total=len(docs), desc="add", unit="doc") as bar:
         for lo in range(0, len(docs), batch):
@@ -285,7 +201,7 @@ def delete_command(
     ids: Annotated[list[str], typer.Argument(help="Document ids to delete.")],
 ) -> None:
     """Delete documents by id (durable on return)."""
-    with _opened(index) as live:
+    with opened(index) as live:
         gone = live.delete(ids)
     typer.echo(json.dumps({"deleted": gone, "missing": sorted(set(ids) - set(gone)), "ntotal": live.ntotal}))
 
@@ -307,7 +223,7 @@ def retrain_command(
     """
     from index.vectors import pq_shape
 
-    with _opened(index) as live:
+    with opened(index) as live:
         m, bits = pq_shape(live.index)
         manifest = live.retrain(
             nlist=nlist, storage=storage, flat_below=flat_below, pq=(pq_m or m, pq_bits or bits)
@@ -336,7 +252,7 @@ def shard_command(
 @app.command("info")
 def info_command(index: Annotated[Path, typer.Argument(help="Index directory.")]) -> None:
     """Print an index's manifest, with the memory its lists take per document."""
-    with _opened(index, writable=False) as live:
+    with opened(index, writable=False) as live:
         typer.echo(json.dumps(live.manifest | {"ntotal": live.ntotal} | live.footprint(), indent=2))
 
 

@@ -111,7 +111,7 @@ def plan(
     counts = document_frequencies(db, query_terms(text), cache, common + 1)
     kept: list[str] = []
     total = 0
-    for term in sorted((t for t, n in counts.items() if 0 < n <= common), key=counts.get):
+    for term in sorted((t for t, n in counts.items() if 0 < n <= common), key=lambda t: counts[t]):
         if kept and total + counts[term] > budget:
             break
         kept.append(term)

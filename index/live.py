@@ -20,6 +20,7 @@ import numpy as np
 
 from distilembed.errors import BusyError, UserError
 from index import integrity
+from index.browse import Browsing
 from index.filtered_search import filtered_search, vector_search
 from index.filters import MATCH_ALL, Node
 from index.filters import parse as parse_filter
@@ -59,7 +60,17 @@ FUSIONS = ("rrf", "weighted")
 HYBRID_CANDIDATES = 50
 
 
-class LiveIndex(Retraining):
+def check_fusion(k: int, fusion: str, weights: Sequence[float]) -> None:
+    """What a hybrid search refuses: k < 1, another fusion, weights not two finite numbers >= 0."""
+    if k < 1:
+        raise UserError(f"k must be at least 1, not {k}")
+    if fusion not in FUSIONS:
+        raise UserError(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
+    if len(weights) != 2 or not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
+        raise UserError(f"weights must be two finite numbers >= 0 (dense, lexical), not both 0: {weights}")
+
+
+class LiveIndex(Retraining, Browsing):
     """Search, get, upsert and delete on a built index directory; thread-safe."""
 
     def __init__(
@@ -193,14 +204,7 @@ class LiveIndex(Retraining):
         """The top-k of the dense and the lexical top ``candidates`` (default: k, at least 50), both
         filtered by ``where``, fused (index/fusion.py: ``rrf``, or ``weighted`` min-max scores);
         ``weights``: (dense, lexical)."""
-        if k < 1:
-            raise UserError(f"k must be at least 1, not {k}")
-        if fusion not in FUSIONS:
-            raise UserError(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
-        if len(weights) != 2 or not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
-            raise UserError(
-                f"weights must be two finite numbers >= 0 (dense, lexical), not both 0: {weights}"
-            )
+        check_fusion(k, fusion, weights)
         queries = self.check_vectors(np.reshape(np.asarray(query_vector, dtype=np.float32), (1, -1)))
         node, window = parse_filter(where), max(k, candidates or HYBRID_CANDIDATES)
         with self._lock:

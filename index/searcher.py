@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from index.live import Hit
+    from index.live import Hit, HybridHit
     from index.store import Document
 
 
@@ -29,12 +29,40 @@ class Searcher(Protocol):
         """Top-k hits per query row; ``where``: a metadata filter (index/filters.py)."""
         ...
 
+    def search_lexical(self, text: str, k: int = 10, where: dict[str, Any] | None = None) -> list[Hit]:
+        """Top-k by BM25 (the score); UserError where the index has no lexical table."""
+        ...
+
+    def search_hybrid(
+        self,
+        query_vector: np.ndarray,
+        text: str,
+        k: int = 10,
+        where: dict[str, Any] | None = None,
+        *,
+        fusion: str = "rrf",
+        weights: Sequence[float] = (1.0, 1.0),
+        candidates: int | None = None,
+        nprobe: int | None = None,
+    ) -> list[HybridHit]:
+        """Top-k of the dense and the lexical candidates fused (``rrf`` or ``weighted``)."""
+        ...
+
     def get(self, ext_id: str) -> Document | None: ...
     def count(self, where: dict[str, Any] | None = None) -> int: ...
+    def vectors(self, ext_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The vectors held for these documents (unknown ids left out)."""
+        ...
+
+    def list_documents(self, after: int = 0, limit: int = 10) -> list[tuple[int, Document]]:
+        """Up to ``limit`` (int id, document) with an int id above ``after``, in int id order."""
+        ...
 
 
 # The methods a Searcher answers, by name (a shard deployment answers these and no others).
-SEARCHES = frozenset({"search", "get", "count"})
+SEARCHES = frozenset(
+    {"search", "search_lexical", "search_hybrid", "get", "count", "vectors", "list_documents"}
+)
 
 
 class IndexLike(Searcher, Protocol):
@@ -55,6 +83,11 @@ class IndexLike(Searcher, Protocol):
     def ntotal(self) -> int: ...
     @property
     def indexed_fields(self) -> tuple[str, ...]: ...
+    @property
+    def lexical(self) -> bool:
+        """Whether it has the lexical (BM25) table that lexical and hybrid searches need."""
+        ...
+
     def add_field_index(self, field: str) -> bool: ...
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray) -> tuple[int, int]: ...
     def delete(self, ext_ids: Sequence[str]) -> list[str]: ...

@@ -17,8 +17,18 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
+from index.fusion import reciprocal_rank_fusion, weighted_score_fusion
 from index.integrity import RESCORE_FILE, refuse_existing, seal
-from index.live import INDEX_FILE, STORE_FILE, Hit, LiveIndex, open_for_bundle
+from index.live import (
+    HYBRID_CANDIDATES,
+    INDEX_FILE,
+    STORE_FILE,
+    Hit,
+    HybridHit,
+    LiveIndex,
+    check_fusion,
+    open_for_bundle,
+)
 from index.rescore import exact_vectors, write_rows
 from index.searcher import Searcher
 from index.store import Document, DocumentStore
@@ -96,6 +106,37 @@ def merge_hits(per_shard: Sequence[list[list[Hit]]], k: int) -> list[list[Hit]]:
     ]
 
 
+def fuse_hits(
+    dense: list[Hit], lexical: list[Hit], k: int, fusion: str, weights: Sequence[float]
+) -> list[HybridHit]:
+    """The top-k of two ranked hit lists fused, as ``LiveIndex.search_hybrid`` fuses its candidates."""
+    docs = {h.id: h for h in [*lexical, *dense]}
+    number = {ext_id: n for n, ext_id in enumerate(docs)}
+    if fusion == "rrf":
+        fused = reciprocal_rank_fusion(
+            [[number[h.id] for h in hits] for hits in (dense, lexical)], weights=weights
+        )
+    else:
+        fused = weighted_score_fusion(
+            [[(number[h.id], h.score) for h in hits] for hits in (dense, lexical)], weights
+        )
+    sides = {"dense": {h.id: h.score for h in dense}, "lexical": {h.id: h.score for h in lexical}}
+    names = list(docs)
+    return [
+        HybridHit(
+            hit.id,
+            score,
+            hit.text,
+            hit.metadata,
+            sides["dense"].get(hit.id),
+            sides["lexical"].get(hit.id),
+            tuple(side for side, found in sides.items() if hit.id in found),
+        )
+        for n, score in fused[:k]
+        for hit in [docs[names[n]]]
+    ]
+
+
 class ShardedIndex:
     """The service's index over shards: each search runs on every shard and their top-k are merged."""
 
@@ -127,8 +168,47 @@ class ShardedIndex:
         futures = [self._pool.submit(s.search, queries, k, nprobe, where, rescore_k) for s in self.shards]
         return merge_hits([f.result() for f in futures], k)
 
+    def search_lexical(self, text: str, k: int = 10, where: dict[str, Any] | None = None) -> list[Hit]:
+        """Each shard's BM25 top-k merged by score. BM25's IDF is each shard's own (its documents'
+        counts), so the scores, and near ties, may differ a little from the whole index's."""
+        futures = [self._pool.submit(s.search_lexical, text, k, where) for s in self.shards]
+        return merge_hits([[f.result()] for f in futures], k)[0]
+
+    def search_hybrid(
+        self,
+        query_vector: np.ndarray,
+        text: str,
+        k: int = 10,
+        where: dict[str, Any] | None = None,
+        *,
+        fusion: str = "rrf",
+        weights: Sequence[float] = (1.0, 1.0),
+        candidates: int | None = None,
+        nprobe: int | None = None,
+    ) -> list[HybridHit]:
+        """The merged dense and lexical candidates of every shard, fused as one index fuses its own."""
+        check_fusion(k, fusion, weights)
+        window = max(k, candidates or HYBRID_CANDIDATES)
+        lexical = self.search_lexical(text, window, where)
+        queries = np.asarray(query_vector, dtype=np.float32).reshape(1, -1)
+        return fuse_hits(self.search(queries, window, nprobe, where)[0], lexical, k, fusion, weights)
+
     def get(self, ext_id: str) -> Document | None:
         return self.shards[shard_of(ext_id, len(self.shards))].get(ext_id)
+
+    def vectors(self, ext_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        owned: list[list[str]] = [[] for _ in self.shards]
+        for ext_id in dict.fromkeys(ext_ids):
+            owned[shard_of(ext_id, len(self.shards))].append(ext_id)
+        futures = [
+            self._pool.submit(s.vectors, ids) for s, ids in zip(self.shards, owned, strict=True) if ids
+        ]
+        return {ext_id: row for f in futures for ext_id, row in f.result().items()}
+
+    def list_documents(self, after: int = 0, limit: int = 10) -> list[tuple[int, Document]]:
+        """Each shard's next page merged by int id (the source index's: unique across shards)."""
+        futures = [self._pool.submit(s.list_documents, after, limit) for s in self.shards]
+        return sorted((row for f in futures for row in f.result()), key=lambda row: row[0])[:limit]
 
     def count(self, where: dict[str, Any] | None = None) -> int:
         return sum(f.result() for f in [self._pool.submit(s.count, where) for s in self.shards])
@@ -136,6 +216,10 @@ class ShardedIndex:
     @property
     def indexed_fields(self) -> tuple[str, ...]:
         return tuple(self.manifest.get("first_shard", {}).get("indexed_fields", ()))
+
+    @property
+    def lexical(self) -> bool:
+        return bool(self.manifest.get("first_shard", {}).get("lexical"))
 
     def _read_only(self, *_: object, **__: object) -> Any:
         raise BusyError("a sharded index is read-only: write to its source index and shard it again")
@@ -181,7 +265,7 @@ def open_sharded(
     except BaseException:
         close()
         raise
-    first = shards[0].manifest | {"nprobe": shards[0].nprobe}
+    first = shards[0].manifest | {"nprobe": shards[0].nprobe, "lexical": shards[0].lexical}
     return ShardedIndex(shards, manifest | {"first_shard": first}, close)
 
 

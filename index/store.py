@@ -157,6 +157,14 @@ class DocumentStore:
         rows = self._select_in("int_id, ext_id, text, metadata", "int_id", [int(i) for i in int_ids])
         return {int(r[0]): Document(r[1], r[2], json.loads(r[3])) for r in rows}
 
+    def page(self, after: int, limit: int) -> list[tuple[int, Document]]:
+        """Up to ``limit`` (int id, document) with an int id above ``after``, in int id order."""
+        query = "SELECT int_id, ext_id, text, metadata FROM docs WHERE int_id > ? ORDER BY int_id LIMIT ?"
+        return [
+            (int(r[0]), Document(r[1], r[2], json.loads(r[3])))
+            for r in self.db.execute(query, (after, limit))
+        ]
+
     def delete_logged(self, ext_ids: Sequence[str]) -> dict[str, int]:
         """Delete documents and log their vector removals in one transaction; return {ext id: int id}."""
         gone: dict[str, int] = {}

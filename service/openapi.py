@@ -46,8 +46,11 @@ def metadata_schemas(limits: MetadataLimits) -> tuple[dict[str, Any], dict[str, 
     return holding(ref(inner)) | {"description": limits.describe()}, components
 
 
-def with_limits(schema: dict[str, Any], settings: Settings, dim: int | None) -> dict[str, Any]:
-    """Write the limits into the request schemas (in place: setting the same values is idempotent)."""
+def with_limits(
+    schema: dict[str, Any], settings: Settings, dim: int | None, lexical: bool = True
+) -> dict[str, Any]:
+    """Write the limits into the request schemas (in place: setting the same values is idempotent);
+    ``lexical`` False: the index has no lexical table, so a search's ``mode`` is dense only."""
     models = schema.get("components", {}).get("schemas", {})
 
     def prop(model: str, name: str, kind: str) -> dict[str, Any]:
@@ -61,7 +64,12 @@ def with_limits(schema: dict[str, Any], settings: Settings, dim: int | None) -> 
     prop("UpsertRequest", "documents", "array")["maxItems"] = items
     prop("SimilarityRequest", "pairs", "array")["maxItems"] = items // 2  # the limit counts every text sent
     prop("SimilarityInputs", "sentences", "array")["maxItems"] = items - 1
+    prop("SearchRequest", "queries", "array")["maxItems"] = items
     prop("SearchRequest", "top_k", "integer")["maximum"] = settings.max_top_k
+    prop("SearchRequest", "mode", "string")["enum"] = ["dense", "lexical", "hybrid"] if lexical else ["dense"]
+    for param in schema.get("paths", {}).get("/documents", {}).get("get", {}).get("parameters", []):
+        if param["name"] == "limit":
+            param["schema"]["anyOf"][0]["maximum"] = settings.max_top_k  # [integer, null]
     if dim is not None:
         vector = prop("SearchRequest", "vector", "array")
         vector["minItems"] = vector["maxItems"] = dim
@@ -80,8 +88,9 @@ def install(app: FastAPI, settings: Settings) -> None:
     generate = app.openapi  # FastAPI's, which caches the generated document
 
     def openapi() -> dict[str, Any]:
-        encoder = app.state.service.encoder
+        encoder, index = app.state.service.encoder, app.state.service.index
         dim = encoder.dim if encoder is not None else None
-        return with_encodings(with_limits(generate(), settings, dim), encoder)
+        lexical = index is None or index.lexical
+        return with_encodings(with_limits(generate(), settings, dim, lexical), encoder)
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -86,8 +86,9 @@ class IndexShard:
 
     def describe(self) -> dict[str, Any]:
         """The shard's manifest and effective nprobe (the ``Api`` reports the first shard's)."""
-        fields = self.index.indexed_fields
-        return self.index.manifest | {"nprobe": self.index.nprobe, "indexed_fields": fields}
+        index = self.index
+        facts = {"nprobe": index.nprobe, "indexed_fields": index.indexed_fields, "lexical": index.lexical}
+        return index.manifest | facts
 
     def read(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
         """A ``Searcher`` call (a bad filter's UserError comes back as a value: 422, not a crash)."""
@@ -115,8 +116,12 @@ class ShardHandle:
         self.handle = handle
 
     search = _on_shard(Searcher.search)
+    search_lexical = _on_shard(Searcher.search_lexical)
+    search_hybrid = _on_shard(Searcher.search_hybrid)
     get = _on_shard(Searcher.get)
     count = _on_shard(Searcher.count)
+    vectors = _on_shard(Searcher.vectors)
+    list_documents = _on_shard(Searcher.list_documents)
 
 
 def _result(response: Any, what: str) -> Any:

@@ -51,11 +51,14 @@ def unwrap(outcome: Outcome) -> Any:
     return value
 
 
-def _after_refresh(read: Callable[Concatenate[LiveIndex, P], R]) -> Callable[Concatenate[ReplicaIndex, P], R]:
-    """``read`` on the local copy, once it applied the writer's committed changes (``refresh_on_search``)."""
+def _after_refresh(
+    read: Callable[Concatenate[LiveIndex, P], R], refresh: bool = True
+) -> Callable[Concatenate[ReplicaIndex, P], R]:
+    """``read`` on the local copy, once it applied the writer's committed changes (``refresh_on_search``;
+    ``refresh`` False: a read of SQLite alone, current without it)."""
 
     def call(self: ReplicaIndex, *args: P.args, **kwargs: P.kwargs) -> R:
-        if self.refresh_on_search:
+        if refresh and self.refresh_on_search:
             self.local.refresh()
         return read(self.local, *args, **kwargs)
 
@@ -104,7 +107,12 @@ class ReplicaIndex:
     manifest = _Local[dict[str, Any]]()
     ntotal = _Local[int]()
     indexed_fields = _Local[tuple[str, ...]]()
+    lexical = _Local[bool]()
     search = _after_refresh(LiveIndex.search)
+    search_hybrid = _after_refresh(LiveIndex.search_hybrid)
+    vectors = _after_refresh(LiveIndex.vectors)  # the Faiss index's: refreshed
+    search_lexical = _after_refresh(LiveIndex.search_lexical, refresh=False)
+    list_documents = _after_refresh(LiveIndex.list_documents, refresh=False)
 
     def get(self, ext_id: str) -> Document | None:
         return self.local.get(ext_id)  # SQLite: current without a refresh

@@ -5,20 +5,28 @@ from __future__ import annotations
 
 import secrets
 import time
+from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from index.browse import documents_page
+from index.live import Hit, HybridHit
+from index.searcher import IndexLike
 from index.store import Document
-from service.errors import ApiError, documented, require_json, shown, took_ms, validation
+from service.errors import ApiError, documented, payload_too_large, require_json, shown, took_ms, validation
 from service.filter_schema import CountRequest, CountResponse, FieldIndexRequest, FieldIndexResponse
 from service.metadata import MetadataLimits, check_documents
 from service.schemas import (
     DeleteResponse,
     DocumentOut,
+    DocumentPage,
+    ListedDocument,
     RetrainRequest,
     RetrainResponse,
+    SearchBatch,
+    SearchBatchesResponse,
     SearchRequest,
     SearchResponse,
     SearchResult,
@@ -38,7 +46,7 @@ def _not_found(doc_id: str) -> ApiError:
     return ApiError(404, f"no document with id {doc_id!r}", "not_found")
 
 
-async def _query_vector(body: SearchRequest, state: ServiceState, dim: int) -> np.ndarray:
+async def _query_vectors(body: SearchRequest, texts: list[str], state: ServiceState, dim: int) -> np.ndarray:
     if body.vector is not None:
         if len(body.vector) != dim:
             raise validation(f"vector has {len(body.vector)} dimensions; the index holds {dim}-d vectors")
@@ -48,34 +56,76 @@ async def _query_vector(body: SearchRequest, state: ServiceState, dim: int) -> n
             return vector.astype(np.float32)  # all zeros: every score is 0
         vector /= scale  # any finite JSON number, even 1e300, normalises without overflow
         return (vector / np.linalg.norm(vector)).astype(np.float32)
-    assert body.query is not None
-    embedded = await state.embed(state.check_texts([body.query], body.truncate))
-    return embedded.vectors
+    return (await state.embed(texts)).vectors  # every query in one batch
+
+
+def _run_search(
+    index: IndexLike, body: SearchRequest, texts: list[str], vectors: np.ndarray | None, k: int
+) -> list[list[Hit]]:
+    """The top-k hits of each query in the request's mode (dense: one call for every query)."""
+    where = body.filter or None
+    if vectors is not None and body.mode == "dense":
+        return index.search(vectors, k, body.nprobe, where, body.rescore_k)
+    if vectors is None:
+        return [index.search_lexical(text, k, where) for text in texts]
+    weights = tuple(body.weights or (1.0, 1.0))
+    return [
+        list(index.search_hybrid(v, t, k, where, fusion=body.fusion, weights=weights, nprobe=body.nprobe))
+        for v, t in zip(vectors, texts, strict=True)
+    ]
+
+
+def _result(hit: Hit, shown: frozenset[str], vectors: dict[str, np.ndarray]) -> SearchResult:
+    extra: dict[str, Any] = {}
+    if "vector" in shown:
+        extra["vector"] = vectors[hit.id].tolist() if hit.id in vectors else None
+    if isinstance(hit, HybridHit):
+        extra |= {"dense_score": hit.dense_score, "lexical_score": hit.lexical_score}
+        extra["matched"] = list(hit.matched)
+    text = hit.text if "text" in shown else None
+    metadata = hit.metadata if "metadata" in shown else None
+    return SearchResult(id=hit.id, score=hit.score, text=text, metadata=metadata, **extra)
 
 
 @read_router.post(
     "/search",
-    response_model=SearchResponse,
+    response_model=SearchResponse | SearchBatchesResponse,
+    response_model_exclude_unset=True,  # a hit carries vector and the hybrid scores only when they apply
     dependencies=JSON_BODY,
     responses=documented(400, 404, 413, 415, 422, 429, 503),
 )
-async def search(body: SearchRequest, request: Request, state: State) -> SearchResponse:
-    """Top-k documents for a query text or a vector (scores are cosines), with an optional metadata filter."""
+async def search(
+    body: SearchRequest, request: Request, state: State
+) -> SearchResponse | SearchBatchesResponse:
+    """Top-k documents for a query text, several texts (`queries`: a batch of results each) or a vector,
+    by dense vectors (scores are cosines), BM25 (`lexical`) or both fused (`hybrid`), with an optional
+    metadata filter, `offset` pages and a `score_threshold`."""
     index = state.require_index()
-    top_k = body.top_k if body.top_k is not None else state.settings.default_top_k
-    if not 1 <= top_k <= state.settings.max_top_k:
-        raise validation(f"top_k must be between 1 and {state.settings.max_top_k}, got {top_k}")
-    queries = await _query_vector(body, state, index.dim)
+    limits = state.settings
+    top_k = body.top_k if body.top_k is not None else limits.default_top_k
+    if not 1 <= top_k <= limits.max_top_k:
+        raise validation(f"top_k must be between 1 and {limits.max_top_k}, got {top_k}")
+    if body.offset + top_k > limits.max_top_k:
+        raise payload_too_large(
+            f"offset + top_k is {body.offset + top_k}; the limit is max_top_k, {limits.max_top_k}"
+        )
+    texts = [] if body.vector is not None else body.queries or [body.query or ""]
+    texts = state.check_texts(texts, body.truncate)
+    vectors = None if body.mode == "lexical" else await _query_vectors(body, texts, state, index.dim)
     start = time.perf_counter()
-    hits = await run_in_threadpool(
-        index.search, queries, top_k, body.nprobe, body.filter or None, body.rescore_k
-    )
+    found = await run_in_threadpool(_run_search, index, body, texts, vectors, body.offset + top_k)
     state.metrics.search_duration.observe(time.perf_counter() - start)
-    results = [
-        SearchResult(id=h.id, score=h.score, text=h.text if body.with_text else None, metadata=h.metadata)
-        for h in hits[0]
-    ]
-    return SearchResponse(results=results, took_ms=took_ms(request))
+    floor = body.score_threshold
+    pages = [[h for h in hits[body.offset :] if floor is None or h.score >= floor] for hits in found]
+    wanted = body.returned()
+    stored = {}
+    if "vector" in wanted:
+        stored = await run_in_threadpool(index.vectors, [h.id for hits in pages for h in hits])
+    results = [[_result(h, wanted, stored) for h in hits] for hits in pages]
+    if body.queries is None:
+        return SearchResponse(results=results[0], took_ms=took_ms(request))
+    batches = [SearchBatch(results=r) for r in results]
+    return SearchBatchesResponse(batches=batches, took_ms=took_ms(request))
 
 
 @write_router.post(
@@ -94,6 +144,30 @@ async def upsert_documents(body: UpsertRequest, request: Request, state: State) 
     docs = [Document(d.id, d.text, d.metadata) for d in body.documents]
     added, replaced = await run_in_threadpool(index.upsert, docs, embedded.vectors)
     return UpsertResponse(added=added, replaced=replaced, took_ms=took_ms(request))
+
+
+CURSOR = Query(
+    pattern=r"^[0-9]{0,20}$",
+    description="Where a page starts: the `next_cursor` of the page before (opaque); none: the first.",
+)
+
+
+@read_router.get("/documents", response_model=DocumentPage, responses=documented(404, 422, 503))
+async def list_documents(
+    request: Request,
+    state: State,
+    cursor: Annotated[str | None, CURSOR] = None,
+    limit: Annotated[int | None, Query(ge=1, description="1..max_top_k (default: default_top_k).")] = None,
+) -> DocumentPage:
+    """Every document, a page at a time, in a stable order (keyset pagination): a walk with each
+    page's `next_cursor` returns every document present throughout exactly once, writes or not."""
+    index = state.require_index()
+    limit = limit if limit is not None else state.settings.default_top_k
+    if limit > state.settings.max_top_k:
+        raise validation(f"limit must be between 1 and {state.settings.max_top_k}, got {limit}")
+    docs, after = await run_in_threadpool(documents_page, index.list_documents, cursor, limit)
+    listed = [ListedDocument(id=d.id, text=d.text, metadata=d.metadata) for d in docs]
+    return DocumentPage(documents=listed, next_cursor=after, took_ms=took_ms(request))
 
 
 @read_router.get("/documents/{doc_id:path}", response_model=DocumentOut, responses=documented(404, 503))

@@ -155,15 +155,62 @@ class SimilarityRequest(Lenient):
 
 
 # search and documents
-class SearchRequest(Strict):
-    """Exactly one of `query` (a text to embed) or `vector` (unit length or not; it is normalised)."""
+# exactly one of the three, and a vector in dense mode only
+SEARCH_ONE_OF = exactly_one_of("query", "queries", "vector") | {
+    "anyOf": [
+        {"required": ["query"]},
+        {"required": ["queries"]},
+        {"properties": {"mode": {"const": "dense"}}},
+    ]
+}
+Weight = Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
 
-    model_config = ConfigDict(json_schema_extra=exactly_one_of("query", "vector"))
+
+def _a_weight_above_zero(weights: list[float]) -> list[float]:
+    if not any(weights):
+        raise ValueError("one weight at least must be above 0")
+    return weights
+
+
+Weights = Annotated[
+    list[Weight],
+    Field(min_length=2, max_length=2, json_schema_extra={"contains": {"exclusiveMinimum": 0}}),
+    AfterValidator(_a_weight_above_zero),
+]
+ReturnedField = Literal["text", "metadata", "vector"]
+
+
+class SearchRequest(Strict):
+    """Exactly one of `query` (a text), `queries` (texts, answered in `batches`, one per query) or
+    `vector` (dense mode only; normalised)."""
+
+    model_config = ConfigDict(json_schema_extra=SEARCH_ONE_OF)
     query: Omittable[Text] = None
+    queries: Omittable[Texts] = Field(
+        None,
+        description="Several query texts, embedded in one batch: the answer's `batches` hold one "
+        "`results` list per query, in order (at most max_items).",
+    )
     vector: Omittable[Annotated[list[float], Field(min_length=1), AfterValidator(_finite)]] = Field(
         None, description="A query vector of the index's dimension."
     )
+    mode: Literal["dense", "lexical", "hybrid"] = Field(
+        "dense",
+        description="`dense`: by vector (score: cosine); `lexical`: by BM25 over the words (score: "
+        "BM25); `hybrid`: both, fused (score: the fused one; each hit adds `dense_score`, "
+        "`lexical_score` and `matched`). lexical and hybrid need the index's lexical table.",
+    )
+    fusion: Literal["rrf", "weighted"] = Field(
+        "rrf", description="hybrid: `rrf` (reciprocal ranks) or `weighted` (min-max scaled scores)."
+    )
+    weights: Omittable[Weights] = Field(None, description="hybrid: [dense, lexical] (default [1, 1]).")
     top_k: Positive | None = Field(None, description="1..max_top_k (default from settings).")
+    offset: Integer = Field(
+        0, ge=0, description="Skip the first N hits (pages); offset + top_k over max_top_k is a 413."
+    )
+    score_threshold: Omittable[Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        None, description="Drop hits whose `score` (of the mode) is below this."
+    )
     nprobe: Probes | None = Field(None, description="IVF lists to probe (default: index's).")
     rescore_k: Probes | None = Field(
         None,
@@ -171,25 +218,52 @@ class SearchRequest(Strict):
         "index's); ignored by float32 and sq8 indexes.",
     )
     filter: Filter | None = Field(None, description="Only documents that pass this metadata filter.")
-    with_text: bool = True
+    fields: Annotated[list[ReturnedField], Field(max_length=3)] = Field(
+        ["text", "metadata"],
+        description="What each hit carries besides id and score (one left out is null). `vector`: "
+        "the vector the index holds (sq8: decoded).",
+    )
+    with_text: bool = Field(True, description="false: no text, whatever `fields` says.")
     truncate: bool = False
 
     @model_validator(mode="after")
     def _one_query(self) -> SearchRequest:
-        if (self.query is None) == (self.vector is None):
-            raise ValueError("give exactly one of `query` or `vector`")
+        if sum(given is not None for given in (self.query, self.queries, self.vector)) != 1:
+            raise ValueError("give exactly one of `query`, `queries` or `vector`")
+        if self.vector is not None and self.mode != "dense":
+            raise ValueError(f"mode {self.mode} searches text: give `query` or `queries`, not `vector`")
         return self
+
+    def returned(self) -> frozenset[str]:
+        return frozenset(set(self.fields) - (set() if self.with_text else {"text"}))
 
 
 class SearchResult(BaseModel):
     id: str
     score: float
     text: str | None
-    metadata: ReturnedMetadata
+    metadata: ReturnedMetadata | None
+    vector: list[float] | None = Field(None, description="With `fields` naming it.")
+    dense_score: float | None = Field(None, description="hybrid: the cosine; null if dense missed it.")
+    lexical_score: float | None = Field(None, description="hybrid: BM25; null if lexical missed it.")
+    matched: list[Literal["dense", "lexical"]] | None = Field(
+        None, description="hybrid: the sides whose candidates hold it."
+    )
 
 
 class SearchResponse(BaseModel):
     results: list[SearchResult]
+    took_ms: float
+
+
+class SearchBatch(BaseModel):
+    results: list[SearchResult]
+
+
+class SearchBatchesResponse(BaseModel):
+    """The answer to `queries`: a batch of results per query, in order."""
+
+    batches: list[SearchBatch]
     took_ms: float
 
 
@@ -214,6 +288,18 @@ class DocumentOut(BaseModel):
     id: str
     text: str
     metadata: ReturnedMetadata
+    took_ms: float
+
+
+class ListedDocument(BaseModel):
+    id: str
+    text: str
+    metadata: ReturnedMetadata
+
+
+class DocumentPage(BaseModel):
+    documents: list[ListedDocument]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: the last.")
     took_ms: float
 
 

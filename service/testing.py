@@ -15,7 +15,8 @@ import numpy as np
 from distilembed.errors import BusyError, UserError
 from index.filters import join_path, matches, split_path
 from index.filters import parse as parse_filter
-from index.live import Hit
+from index.live import HYBRID_CANDIDATES, Hit, HybridHit, check_fusion
+from index.shards import fuse_hits
 from index.store import Document
 from index.vectors import plan_index
 
@@ -65,6 +66,7 @@ class FakeIndex:
     """In-memory exact index: an ``index.searcher.IndexLike`` that behaves as ``LiveIndex`` does."""
 
     kind, nlist = "flat", 0
+    lexical = True  # False: lexical and hybrid searches are refused, as by an index without the table
 
     def __init__(self, dim: int = 8, nprobe: int = 1) -> None:
         self.dim, self.nprobe = dim, nprobe
@@ -74,6 +76,7 @@ class FakeIndex:
         self.closed = False
         self.busy = False  # True: retrain answers as if another one were running
         self.indexed_fields: tuple[str, ...] = ()
+        self.int_ids: dict[str, int] = {}  # as the store's: kept by a replaced document, new ones larger
         self._lock = threading.Lock()
 
     @property
@@ -100,6 +103,45 @@ class FakeIndex:
         ranked = (sorted(((float(v @ q), d) for d, v in docs), key=lambda p: -p[0])[:k] for q in queries)
         return [[Hit(d.id, s, d.text, d.metadata) for s, d in hits] for hits in ranked]
 
+    def search_lexical(self, text: str, k: int = 10, where: dict[str, Any] | None = None) -> list[Hit]:
+        """The score: how many of the query's words a document holds (BM25 stand-in)."""
+        if not self.lexical:
+            raise UserError("fake has no lexical index: add it with 'distilembed index lexical fake'")
+        self.searches.append({"text": text, "k": k, "where": where})
+        words, node = set(text.lower().split()), parse_filter(where)
+        with self._lock:
+            docs = [d for d, _ in self.docs.values() if matches(node, d.metadata)]
+        scored = [(float(len(words & set(d.text.lower().split()))), d) for d in docs]
+        ranked = sorted((p for p in scored if p[0] > 0), key=lambda p: (-p[0], p[1].id))[:k]
+        return [Hit(d.id, s, d.text, d.metadata) for s, d in ranked]
+
+    def search_hybrid(
+        self,
+        query_vector: np.ndarray,
+        text: str,
+        k: int = 10,
+        where: dict[str, Any] | None = None,
+        *,
+        fusion: str = "rrf",
+        weights: Sequence[float] = (1.0, 1.0),
+        candidates: int | None = None,
+        nprobe: int | None = None,
+    ) -> list[HybridHit]:
+        check_fusion(k, fusion, weights)
+        window = max(k, candidates or HYBRID_CANDIDATES)
+        lexical = self.search_lexical(text, window, where)
+        dense = self.search(np.reshape(query_vector, (1, -1)), window, nprobe, where)[0]
+        return fuse_hits(dense, lexical, k, fusion, weights)
+
+    def vectors(self, ext_ids: Sequence[str]) -> dict[str, np.ndarray]:
+        with self._lock:
+            return {i: self.docs[i][1] for i in ext_ids if i in self.docs}
+
+    def list_documents(self, after: int = 0, limit: int = 10) -> list[tuple[int, Document]]:
+        with self._lock:
+            rows = sorted((n, self.docs[i][0]) for i, n in self.int_ids.items() if n > after)
+        return rows[:limit]
+
     def get(self, ext_id: str) -> Document | None:
         with self._lock:
             entry = self.docs.get(ext_id)
@@ -123,11 +165,15 @@ class FakeIndex:
             replaced = len({d.id for d in docs} & set(self.docs))
             for doc, vector in zip(docs, vectors, strict=True):
                 self.docs[doc.id] = (doc, vector)
+                self.int_ids.setdefault(doc.id, max(self.int_ids.values(), default=0) + 1)
             return len({d.id for d in docs}) - replaced, replaced
 
     def delete(self, ext_ids: Sequence[str]) -> list[str]:
         with self._lock:
-            return [i for i in ext_ids if self.docs.pop(i, None) is not None]
+            gone = [i for i in ext_ids if self.docs.pop(i, None) is not None]
+            for ext_id in gone:
+                del self.int_ids[ext_id]
+            return gone
 
     def checkpoint(self) -> None:
         return

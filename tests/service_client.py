@@ -34,19 +34,24 @@ def error(response: httpx.Response | Any, status: int, kind: str | None = None) 
     return body
 
 
-def empty_index_dir(directory: Path, dim: int) -> Path:
-    """An empty built index directory (flat), as ``index build`` leaves it, for a fake ``dim``-d encoder."""
+def empty_index_dir(directory: Path, dim: int, lexical: bool = False) -> Path:
+    """An empty built index directory (flat), as ``index build`` leaves it, for a fake ``dim``-d encoder
+    (``lexical``: with the lexical table that lexical and hybrid searches need)."""
     from distilembed.artifacts import atomic_write_json
     from index.live import INDEX_FILE, STORE_FILE
     from index.store import DocumentStore
     from index.vectors import IndexPlan, build_index, save_index
 
     directory.mkdir(parents=True)
-    DocumentStore(directory / STORE_FILE).close()
+    store = DocumentStore(directory / STORE_FILE)
+    if lexical:
+        store.enable_lexical()
+    store.close()
     save_index(
         build_index(np.zeros((1, dim), np.float32), IndexPlan("flat", 0, "test")), directory / INDEX_FILE
     )
     manifest = {"kind": "index", "dim": dim, "index_type": "flat", "nlist": 0, "nprobe": 1, "bundle": {}}
+    manifest["lexical"] = lexical
     atomic_write_json(directory / "manifest.json", manifest)
     return directory
 

@@ -31,10 +31,11 @@ CASES: Counter[str] = Counter()
 WRITE_KEY = "contract-write-key"
 
 
-def _app(**keys: str) -> object:
+def _app(lexical: bool, **keys: str) -> object:
     """Built at import (schemathesis's lazy fixture loader does not run on pytest 9); the app's
-    lifespan starts on the first request schemathesis sends."""
-    index_dir = empty_index_dir(Path(tempfile.mkdtemp(prefix="contract-")) / "index", dim=8)
+    lifespan starts on the first request schemathesis sends. ``lexical``: the index has the lexical
+    table (without it, the document offers dense searches only)."""
+    index_dir = empty_index_dir(Path(tempfile.mkdtemp(prefix="contract-")) / "index", dim=8, lexical=lexical)
     settings = Settings(
         bundle=Path("fake-bundle"),
         index_dir=index_dir,
@@ -60,8 +61,8 @@ def _schema(app: object) -> object:
     return loaded
 
 
-schema = _schema(_app())
-keyed_schema = _schema(_app(read_keys="contract-read-key", write_keys=WRITE_KEY))
+schema = _schema(_app(lexical=True))
+keyed_schema = _schema(_app(lexical=False, read_keys="contract-read-key", write_keys=WRITE_KEY))
 
 
 @schema.parametrize()

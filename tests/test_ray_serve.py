@@ -153,6 +153,14 @@ def test_documents_search_get_delete(api, request):
     by_vector = api.post("/search", json={"vector": [3 * x for x in vector], "top_k": 1, "filter": {"t": p}})
     assert by_vector.json()["results"][0]["id"] == p + "cat"
 
+    modes = {"queries": ["a cat on a sofa", "rain this weekend"], "filter": {"t": p}, "fields": ["vector"]}
+    for mode in ("lexical", "hybrid"):
+        batches = api.post("/search", json=modes | {"mode": mode}).json()["batches"]
+        assert [b["results"][0]["id"] for b in batches] == [p + "cat", p + "stock"]
+        assert len(batches[0]["results"][0]["vector"]) == 128
+    listed = api.get("/documents", params={"limit": 20}).json()
+    assert listed["documents"] and all(set(d) == {"id", "text", "metadata"} for d in listed["documents"])
+
     got = api.get(f"/documents/{p}chat").json()
     assert (got["text"], got["metadata"]) == (docs[2]["text"], {"t": p, "lang": "fr"})
     assert api.delete(f"/documents/{p}chat").json()["deleted"] == p + "chat"
@@ -353,6 +361,17 @@ def test_sharded_index_on_shard_deployments(ray_base, local_client, tmp_path):
                     for c in (unsharded, sharded)
                 ]
                 assert counts[0] == counts[1] == (600 if where is None else 400)
+            for mode in ("lexical", "hybrid"):
+                body = {"query": texts[77], "mode": mode, "top_k": 5, "fields": ["vector"]}
+                hits = sharded.post("/search", json=body).json()["results"]
+                assert "d77" in [h["id"] for h in hits] and len(hits[0]["vector"]) == 128
+            seen, cursor = [], None
+            while cursor is not None or not seen:
+                page = sharded.get(
+                    "/documents", params={"limit": 20} | ({"cursor": cursor} if cursor else {})
+                )
+                seen, cursor = seen + [d["id"] for d in page.json()["documents"]], page.json()["next_cursor"]
+            assert sorted(seen) == sorted(f"d{i}" for i in range(600))
             error(sharded.post("/index/fields", json={"field": "n"}), 409)
             assert sharded.get("/documents/d77").json()["text"] == texts[77]
             assert sharded.get("/documents/nope").status_code == 404

@@ -81,6 +81,28 @@ def test_a_write_from_elsewhere_reaches_searches(replicated):
     assert client.post("/search", json={"query": "a fox", "top_k": 1}).json()["results"][0]["id"] == "w"
 
 
+def test_a_replica_answers_every_search_mode_and_lists_documents(tmp_path):
+    """The new searches on a replica see the writer's writes: hybrid and vectors after a refresh,
+    lexical and the listing from SQLite."""
+    directory = empty_index_dir(tmp_path / "idx", dim=8, lexical=True)
+    writer = LiveIndex(directory)
+    index = ReplicaIndex(
+        LiveIndex(directory, writable=False), lambda m, a: run_call(writer, WRITES, m, *a), 0
+    )
+    with TestClient(create_app(Settings(bundle="b", warmup=False), FakeEncoder(), index)) as client:
+        docs = [Document("r", "a rare zyxwv"), Document("c", "a cat")]
+        writer.upsert(docs, FakeEncoder().encode([d.text for d in docs]))  # through another replica
+        assert index.lexical and [h.id for h in index.search_lexical("zyxwv")] == ["r"]
+        hybrid = client.post("/search", json={"query": "zyxwv", "mode": "hybrid", "fields": ["vector"]})
+        assert hybrid.json()["results"][0]["id"] == "r", hybrid.text
+        assert hybrid.json()["results"][0]["vector"] == pytest.approx(
+            FakeEncoder().encode(["a rare zyxwv"])[0]
+        )
+        listed = client.get("/documents", params={"limit": 1}).json()
+        assert [d["id"] for d in listed["documents"]] == ["r"] and listed["next_cursor"]
+    writer.close()
+
+
 def test_background_refresh(tmp_path):
     """Without refresh-on-search the copy catches up within refresh_ms (polled with a deadline)."""
     directory = empty_index_dir(tmp_path / "idx", dim=8)
@@ -116,7 +138,7 @@ def test_outcomes_cross_as_values():
         unwrap(("busy", "busy"))
     with pytest.raises(ValueError, match="'search' is not one of add_field_index"):
         run_call(Target(), WRITES, "search")
-    with pytest.raises(ValueError, match="'delete' is not one of count, get, search"):
+    with pytest.raises(ValueError, match="'delete' is not one of count, get, list_documents, search"):
         run_call(Target(), SEARCHES, "delete", ["a"])
 
 
@@ -152,6 +174,13 @@ def test_shard_handles_forward_the_searcher_calls():
     assert [h.id for h in shard.search(encoder.encode(["a cat"]), 1)[0]] == ["a"]
     assert shard.count({"n": 2}) == 1 and shard.count(where=None) == 2
     assert shard.get("b") == docs[1] and shard.get("nope") is None
+    assert [h.id for h in shard.search_lexical("cat", 2, where={"n": 1})] == ["a"]
+    hybrid = shard.search_hybrid(encoder.encode(["a dog"])[0], "dog", 1, fusion="weighted")
+    assert [(h.id, h.matched) for h in hybrid] == [("b", ("dense", "lexical"))]
+    assert set(shard.vectors(["a", "nope"])) == {"a"}
+    assert [d.id for _, d in shard.list_documents(1, 5)] == ["b"]  # after int id 1: the second
+    with pytest.raises(UserError, match="fusion"):
+        shard.search_hybrid(encoder.encode(["a dog"])[0], "dog", fusion="max")
     with pytest.raises(UserError, match="filter"):
         shard.count({"n": {"$nope": 1}})
 
