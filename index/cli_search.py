@@ -63,7 +63,7 @@ def search_command(  # noqa: PLR0917 (Typer: a parameter per option)
     ] = None,
     filter_: Annotated[str | None, Opt("--filter", help=FILTER_HELP)] = None,
     mode: Annotated[str, Opt(help="dense | lexical (BM25) | hybrid (both, fused).")] = "dense",
-    fusion: Annotated[str, Opt(help="hybrid: rrf (ranks) | weighted (min-max scores).")] = "rrf",
+    fusion: Annotated[str, Opt(help="hybrid: weighted (min-max scores) | rrf (ranks).")] = "weighted",
 ) -> None:
     """Top-k documents for each query (hybrid: each hit's sides in brackets; several queries: a
     '# query' line before each one's hits)."""

@@ -181,7 +181,7 @@ class ShardedIndex:
         k: int = 10,
         where: dict[str, Any] | None = None,
         *,
-        fusion: str = "rrf",
+        fusion: str = "weighted",
         weights: Sequence[float] = (1.0, 1.0),
         candidates: int | None = None,
         nprobe: int | None = None,

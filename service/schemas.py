@@ -201,7 +201,7 @@ class SearchRequest(Strict):
         "`lexical_score` and `matched`). lexical and hybrid need the index's lexical table.",
     )
     fusion: Literal["rrf", "weighted"] = Field(
-        "rrf", description="hybrid: `rrf` (reciprocal ranks) or `weighted` (min-max scaled scores)."
+        "weighted", description="hybrid: `weighted` (min-max scaled scores) or `rrf` (reciprocal ranks)."
     )
     weights: Omittable[Weights] = Field(None, description="hybrid: [dense, lexical] (default [1, 1]).")
     top_k: Positive | None = Field(None, description="1..max_top_k (default from settings).")

@@ -77,7 +77,7 @@ def test_hybrid_fuses_both_sides_and_says_which_matched(tmp_path) -> None:
     live.upsert(
         [Document("both", "quokka sighting report"), Document("lex", "quokka")], np.stack([query, -query])
     )
-    hits = live.search_hybrid(query, "quokka", k=5)
+    hits = live.search_hybrid(query, "quokka", k=5, fusion="rrf")
     by_id = {h.id: h for h in hits}
     assert hits[0].id == "both" and by_id["both"].matched == ("dense", "lexical")
     # dense rank 1 (its own vector) and lexical rank 2 (the shorter "quokka" ranks first): 1/61 + 1/62
