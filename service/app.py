@@ -23,8 +23,7 @@ from index.searcher import IndexLike
 from service import errors, middleware, openapi, routes_embed, routes_index, routes_ops
 from service.auth import Access, AccessMiddleware, AccessTable, KeyRing, require_read, require_write
 from service.batcher import Batcher, EncoderLike
-from service.fast_path import FastEmbedMiddleware
-from service.routes_embed import FAST_ROUTES
+from service.fast_path import FAST_ROUTES, FastPathMiddleware
 from service.settings import Settings
 from service.state import ServiceState, bundle_path
 
@@ -177,8 +176,13 @@ def create_app(
     openapi.install(app, settings)
     # Outermost last: observability, CORS, the 500 guard, the key check (before the body is read), body
     # limit, the embedding routes' fast path.
-    fast = {r.path: r for r in routes_embed.router.routes if isinstance(r, Route) and r.path in FAST_ROUTES}
-    app.add_middleware(FastEmbedMiddleware, state=app.state.service, routes=fast, keys=keys.enabled)
+    fast_routes = [*routes_embed.router.routes, *routes_index.read_router.routes]
+    fast = {
+        r.path: r
+        for r in fast_routes
+        if isinstance(r, Route) and r.path in FAST_ROUTES and "POST" in (r.methods or ())
+    }
+    app.add_middleware(FastPathMiddleware, state=app.state.service, routes=fast, keys=keys.enabled)
     app.add_middleware(middleware.PayloadLimitMiddleware, limit=settings.max_payload_bytes)
     if keys.enabled:
         table = AccessTable((r, a) for router, a in needs if a is not None for r in router.routes)

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import Scope
 
 from distilembed.errors import BusyError, TooLargeError, UserError
 from service.middleware import elapsed_ms, error_json
@@ -164,14 +165,19 @@ class PathScrubber:
         return self._pattern.sub(lambda m: self._names[m.group(0)], message) if self._pattern else message
 
 
-async def _user_error(request: Request, exc: Exception) -> JSONResponse:
-    scrub: PathScrubber = request.app.state.scrub
-    message = scrub(str(exc))
+def user_error_json(scope: Scope, exc: UserError) -> JSONResponse:
+    """A UserError from the index layer as its 409 (busy), 413 (too large) or 422, paths scrubbed."""
+    message = scope["app"].state.scrub(str(exc))
     if isinstance(exc, BusyError):
-        return error_json(request.scope, 409, message, "conflict")
+        return error_json(scope, 409, message, "conflict")
     if isinstance(exc, TooLargeError):
-        return error_json(request.scope, 413, message, "payload_too_large")
-    return error_json(request.scope, 422, message, "validation_error")
+        return error_json(scope, 413, message, "payload_too_large")
+    return error_json(scope, 422, message, "validation_error")
+
+
+async def _user_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UserError)
+    return user_error_json(request.scope, exc)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

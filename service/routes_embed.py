@@ -5,14 +5,12 @@ still describe them in OpenAPI); ``encoding_format`` quantises as sentence-trans
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 from starlette.types import Scope
 
 from export import quantize
@@ -95,13 +93,6 @@ async def tei_content(body: EmbedRequest, state: ServiceState, _scope: Scope) ->
     texts = state.check_texts(_as_list(body.inputs), body.truncate)
     embedded = await state.embed(texts)
     return encode_rows(embedded.vectors, body.encoding_format, ranges)
-
-
-# What service/fast_path.py serves without FastAPI: path -> (request model, content).
-FAST_ROUTES: dict[str, tuple[type[BaseModel], Callable[[Any, ServiceState, Scope], Awaitable[Any]]]] = {
-    "/v1/embeddings": (EmbeddingRequest, openai_content),
-    "/embed": (EmbedRequest, tei_content),
-}
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingResponse, tags=["embeddings"])

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Scope
 
 from index.browse import documents_page
 from index.live import Hit, HybridHit
@@ -17,7 +18,9 @@ from index.searcher import IndexLike
 from index.store import Document
 from service.errors import ApiError, documented, payload_too_large, require_json, shown, took_ms, validation
 from service.filter_schema import CountRequest, CountResponse, FieldIndexRequest, FieldIndexResponse
-from service.metadata import MetadataLimits, check_documents
+from service.metadata import MetadataLimits, check_documents, returnable
+from service.middleware import elapsed_ms
+from service.routes_embed import FastJSONResponse
 from service.schemas import (
     DeleteResponse,
     DocumentOut,
@@ -25,11 +28,9 @@ from service.schemas import (
     ListedDocument,
     RetrainRequest,
     RetrainResponse,
-    SearchBatch,
     SearchBatchesResponse,
     SearchRequest,
     SearchResponse,
-    SearchResult,
     SnapshotResponse,
     UpsertRequest,
     UpsertResponse,
@@ -75,31 +76,24 @@ def _run_search(
     ]
 
 
-def _result(hit: Hit, shown: frozenset[str], vectors: dict[str, np.ndarray]) -> SearchResult:
-    extra: dict[str, Any] = {}
+def _result(hit: Hit, shown: frozenset[str], vectors: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One hit as JSON (a ``SearchResult``): vector and the hybrid scores only where they apply."""
+    out: dict[str, Any] = {
+        "id": hit.id,
+        "score": hit.score,
+        "text": hit.text if "text" in shown else None,
+        "metadata": returnable(hit.id, hit.metadata) if "metadata" in shown else None,
+    }
     if "vector" in shown:
-        extra["vector"] = vectors[hit.id].tolist() if hit.id in vectors else None
+        out["vector"] = vectors.get(hit.id)
     if isinstance(hit, HybridHit):
-        extra |= {"dense_score": hit.dense_score, "lexical_score": hit.lexical_score}
-        extra["matched"] = list(hit.matched)
-    text = hit.text if "text" in shown else None
-    metadata = hit.metadata if "metadata" in shown else None
-    return SearchResult(id=hit.id, score=hit.score, text=text, metadata=metadata, **extra)
+        out |= {"dense_score": hit.dense_score, "lexical_score": hit.lexical_score}
+        out["matched"] = list(hit.matched)
+    return out
 
 
-@read_router.post(
-    "/search",
-    response_model=SearchResponse | SearchBatchesResponse,
-    response_model_exclude_unset=True,  # a hit carries vector and the hybrid scores only when they apply
-    dependencies=JSON_BODY,
-    responses=documented(400, 404, 413, 415, 422, 429, 503),
-)
-async def search(
-    body: SearchRequest, request: Request, state: State
-) -> SearchResponse | SearchBatchesResponse:
-    """Top-k documents for a query text, several texts (`queries`: a batch of results each) or a vector,
-    by dense vectors (scores are cosines), BM25 (`lexical`) or both fused (`hybrid`), with an optional
-    metadata filter, `offset` pages and a `score_threshold`."""
+async def search_content(body: SearchRequest, state: ServiceState, scope: Scope) -> dict[str, Any]:
+    """The body of a ``/search`` answer (the route and service/fast_path.py both serve it)."""
     index = state.require_index()
     limits = state.settings
     top_k = body.top_k if body.top_k is not None else limits.default_top_k
@@ -123,9 +117,21 @@ async def search(
         stored = await run_in_threadpool(index.vectors, [h.id for hits in pages for h in hits])
     results = [[_result(h, wanted, stored) for h in hits] for hits in pages]
     if body.queries is None:
-        return SearchResponse(results=results[0], took_ms=took_ms(request))
-    batches = [SearchBatch(results=r) for r in results]
-    return SearchBatchesResponse(batches=batches, took_ms=took_ms(request))
+        return {"results": results[0], "took_ms": elapsed_ms(scope)}
+    return {"batches": [{"results": r} for r in results], "took_ms": elapsed_ms(scope)}
+
+
+@read_router.post(
+    "/search",
+    response_model=SearchResponse | SearchBatchesResponse,
+    dependencies=JSON_BODY,
+    responses=documented(400, 404, 413, 415, 422, 429, 503),
+)
+async def search(body: SearchRequest, request: Request, state: State) -> FastJSONResponse:
+    """Top-k documents for a query text, several texts (`queries`: a batch of results each) or a vector,
+    by dense vectors (scores are cosines), BM25 (`lexical`) or both fused (`hybrid`), with an optional
+    metadata filter, `offset` pages and a `score_threshold`."""
+    return FastJSONResponse(await search_content(body, state, request.scope))
 
 
 @write_router.post(
