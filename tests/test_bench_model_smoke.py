@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import compression
 import encode
+import hybrid
 import methods
 import quality
 import retrieval
@@ -247,3 +248,16 @@ def test_quality_dimensions_and_transfer(
     )
     assert f"| b (`{tiny_bundle}`) | 8 |" in quality.render_transfer(result)
     assert "(trained on)" in quality.render_transfer(result).splitlines()[3]
+
+
+def test_hybrid_quality_and_speed(bench_data: Path, tiny_bundle: Path, tmp_path: Path) -> None:
+    args = ["--bundle", str(tiny_bundle), "--data-dir", str(bench_data), "--distractors", "100"]
+    args += ["--large", "300", "--known", "10", "--held-back", "300", "--timed", "5", "--nlist", "4"]
+    hybrid.main([*args, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "h.json"), "--no-doc"])
+    result = json.loads((tmp_path / "h.json").read_text())
+    assert result["quality"][0]["set"] == "Quora"
+    known = result["quality"][-1]
+    assert known["queries"] >= 1 and known["lexical"]["recall10"] == 100.0  # its own rarest words
+    assert all(0 <= row[m]["mrr10"] <= 100 for row in result["quality"] for m in hybrid.MODES)
+    assert [s["documents"] for s in result["speed"]][1] > result["speed"][0]["documents"]
+    assert all(s["lexical_bytes_per_doc"] > 0 and s["p50_ms"]["hybrid"] > 0 for s in result["speed"])
