@@ -35,9 +35,10 @@ _UNINDEX = f"INSERT INTO {TABLE} ({TABLE}, rowid, text) SELECT 'delete', int_id,
 MAX_TERMS = 64
 # A query is planned by document frequency (``plan``): FTS5 scores every document holding any term of
 # an OR query, so at 1M sentences a question with "the" and "is" in it took 0.6-0.8 s. The rarest terms
-# are kept while their documents add up to POSTINGS_BUDGET (about 1.5 us each here); terms in more than
-# STOPWORD_SHARE of the documents (and the budget) carry almost no BM25 weight and are never searched.
-POSTINGS_BUDGET = 4096
+# are kept while their documents add up to POSTINGS_BUDGET (about 1.5 us each here; decision 65); terms
+# in more than STOPWORD_SHARE of the documents (and the budget) carry almost no BM25 weight and are
+# never searched.
+POSTINGS_BUDGET = 2048
 STOPWORD_SHARE = 0.05
 DF_CACHE_SIZE = 65_536
 _TOKEN = re.compile(r"[^\W_]+")  # letters and digits, as FTS5's unicode61 tokenizer cuts text

@@ -10,6 +10,7 @@ import logging
 import math
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from index.retrain import Retraining
 from index.store import Document
 from index.vectors import add, bytes_per_vector, centroid_bytes, on_disk, remove, save_index
 
+LEXICAL_POOL = ThreadPoolExecutor(2, thread_name_prefix="distilembed-lexical")
 log = logging.getLogger(__name__)
 __all__ = ["INDEX_FILE", "STORE_FILE", "Hit", "HybridHit", "LiveIndex", "open_for_bundle"]
 
@@ -208,8 +210,10 @@ class LiveIndex(Retraining, Browsing):
         queries = self.check_vectors(np.reshape(np.asarray(query_vector, dtype=np.float32), (1, -1)))
         node, window = parse_filter(where), max(k, candidates or HYBRID_CANDIDATES)
         with self._lock:
-            lexical = self.store.lexical_search(text, window, node)  # first: refused without the table
+            # beside the dense search: SQLite and Faiss both let go of the GIL
+            pending = LEXICAL_POOL.submit(self.store.lexical_search, text, window, node)
             scores, ids = self._dense(queries, window, nprobe or self.nprobe, node, None)
+            lexical = pending.result()  # refused (UserError) without the lexical table
             dense = [(int(i), float(s)) for s, i in zip(scores[0], ids[0], strict=True) if i >= 0]
             if fusion == "rrf":
                 ranked = [[i for i, _ in dense], [i for i, _ in lexical]]
