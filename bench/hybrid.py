@@ -205,8 +205,10 @@ def render(result: h.Result) -> str:
     ]  # fmt: skip
     st = result["settings"]
     note = (
-        f"`{st['bundle']}`, IVF float32 (nlist {st['nlist']}, nprobe 5), hybrid = reciprocal-rank fusion "
-        f"(k 60) of each side's top 50. Quora: {result['quality'][0]['queries']:,} queries. Known item: "
+        f"`{st['bundle']}`, IVF float32 (nlist {st['nlist']}, nprobe 5); lexical: BM25 over the query's "
+        "rarest terms within 2,048 postings; hybrid: each side's top 50, min-max scaled scores summed "
+        "1:1, the lexical side beside the dense one. "
+        f"Quora: {result['quality'][0]['queries']:,} queries. Known item: "
         f"{st['known']:,} held-back Wikipedia sentences. Latency: {st['timed']} Quora queries one at a time "
         "in process, query encoding included for dense and hybrid."
     )
