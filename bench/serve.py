@@ -117,7 +117,8 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
                 lo = (i * 32) % max(1, len(texts) - 32)
                 return "search32", ("POST", "/search", {"queries": texts[lo : lo + 32], "top_k": 10})
 
-            results["search_32_queries_c8"] = run_phase(base, search32, 8, args, items=32)
+            results["search_c1"] = run_phase(base, hl.one_each("search", sentences), 1, args)
+            results["search_32_queries_c1"] = run_phase(base, search32, 1, args, items=32)
         if args.infinity:
             results["infinity"] = infinity(args, sentences, base)
 
@@ -220,20 +221,23 @@ def render(results: dict[str, Any]) -> str:
     phases = {k: f"1 sentence, concurrency {k.removeprefix(one)}" for k in results if k.startswith(one)}
     phases["embed_16_sentences_c32"] = "16 sentences, concurrency 32"
     phases["search_c8"] = "/search, concurrency 8"
-    phases["search_32_queries_c8"] = "/search, 32 queries a request, concurrency 8"
+    phases["search_c1"] = "/search, concurrency 1"
+    phases["search_32_queries_c1"] = "/search, 32 queries a request, concurrency 1"
     rows = []
     encoder, embed_c8 = results["in_process_sent_per_s"], results.get("embed_1_sentence_c8", {}).get("rps")
     for key, name in phases.items():
         if p := results.get(key):
             bad = sum(n for code, n in p["statuses"].items() if not str(code).startswith("2"))
-            search = key == "search_c8"
+            search = key in ("search_c8", "search_c1")
             items = h.fmt(None if search else p["items_per_s"])
             latency = [h.fmt(p.get(f"p{q}_ms"), ".2f") for q in (50, 99)]
             ratio = (
                 p["rps"] / embed_c8 if search and embed_c8 else None if search else p["items_per_s"] / encoder
             )
-            if key == "search_32_queries_c8":  # queries/s against one query a request
-                ratio = p["items_per_s"] / results["search_c8"]["rps"]
+            if key == "search_c1":  # against one-sentence embeds at the same concurrency
+                ratio = p["rps"] / results["embed_1_sentence_c1"]["rps"]
+            if key == "search_32_queries_c1":  # queries/s against one query a request
+                ratio = p["items_per_s"] / results["search_c1"]["rps"]
             cells = [name, h.fmt(p["rps"]), items, h.fmt(ratio, ".0%"), *latency, bad + p["transport_errors"]]
             rows.append(cells)
     batch1 = results.get("in_process_batch1_p50_ms")
@@ -247,7 +251,7 @@ def render(results: dict[str, Any]) -> str:
     )
     text += (
         "\n\n*of in-process*: sentences/s against the in-process encoder (length-sorted runs of run_batch, "
-        "all threads); for /search, its req/s against one-sentence embeds at concurrency 8; for 32 "
+        "all threads); for /search, its req/s against one-sentence embeds at the same concurrency; for 32 "
         "queries a request, its queries/s against one query a request. The in-process p50 is one "
         "sentence at a time."
     )

@@ -136,6 +136,7 @@ class Batcher:
         self._cond = threading.Condition()
         self._pending: deque[_Request] = deque()
         self._queued = 0
+        self._busy = 0  # workers inside an encoder call
         self._closed = False
         self._batch_seconds = 0.01  # moving average, for Retry-After
         self._listeners: list[Callable[[int], None]] = [self.metrics.queue_depth.set]
@@ -227,15 +228,20 @@ class Batcher:
                         self._cond.wait(left)
                 slices = self._take()
                 idle, last_requests = False, len(slices)
+                self._busy += 1
             try:
                 if slices:
                     self._encode(slices)
             except Exception as exc:  # the waiting requests re-raise it; the worker lives on
                 _fail([s.request for s in slices], exc)
+            finally:
+                with self._cond:
+                    self._busy -= 1
 
     def _take(self) -> list[_Slice]:
         out: list[_Slice] = []
-        space = self.max_batch
+        # a share of the queue per worker: one request of 32 texts keeps both cores busy, not one
+        space = min(self.max_batch, max(1, -(-self._queued // (len(self._threads) - self._busy))))
         while space and self._pending:
             request = self._pending.popleft()
             if request.dead:
@@ -248,6 +254,8 @@ class Batcher:
             space -= n
             if request.remaining:
                 self._pending.append(request)  # round-robin: the others go first next time
+        if self._pending:
+            self._cond.notify()  # a free worker takes the rest
         self._changed()
         return out
 

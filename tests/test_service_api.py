@@ -361,7 +361,7 @@ def test_readiness_lifecycle_and_warmup():
     encoder, index = FakeEncoder(), FakeIndex()
     index.upsert([Document("a", "x")], encoder.encode(["x"]))
     encoder.calls.clear()
-    app = create_app(make_settings(warmup=True, max_batch=4), encoder, index)
+    app = create_app(make_settings(warmup=True, max_batch=4, workers=1), encoder, index)
     client = TestClient(app)
     assert client.get("/ready").status_code == 503  # lifespan not started
     with client:

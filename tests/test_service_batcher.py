@@ -311,3 +311,17 @@ def test_workers_split_the_threads():
     assert Settings(bundle="b", threads=4, workers=2).encoder_threads() == (2, 2)
     assert Settings(bundle="b", threads=2, workers=1).encoder_threads() == (1, 2)
     assert Settings(bundle="b", threads=2, workers=8).encoder_threads() == (2, 1)
+
+
+def test_two_workers_share_one_large_request():
+    async def main() -> tuple:
+        encoder = Overlapping()
+        batcher = Batcher(encoder, max_batch=8, max_wait_ms=0, workers=2)
+        batcher.start()
+        result = await batcher.embed([f"text {i}" for i in range(8)])
+        await batcher.aclose()
+        return result, encoder.calls
+
+    result, calls = asyncio.run(main())
+    check(result, [f"text {i}" for i in range(8)])
+    assert sorted(calls) == [4, 4]  # each worker took half the queue, at the same time (the barrier)
