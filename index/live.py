@@ -6,6 +6,7 @@ writes a new one and then drops the log rows it holds. One process writes a dire
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -210,10 +211,13 @@ class LiveIndex(Retraining, Browsing):
         queries = self.check_vectors(np.reshape(np.asarray(query_vector, dtype=np.float32), (1, -1)))
         node, window = parse_filter(where), max(k, candidates or HYBRID_CANDIDATES)
         with self._lock:
-            # beside the dense search: SQLite and Faiss both let go of the GIL
-            pending = LEXICAL_POOL.submit(self.store.lexical_search, text, window, node)
+            # Unfiltered, the dense side never touches the store: the lexical one runs beside it (Faiss
+            # and SQLite let go of the GIL). Not with a filter: one SQLite connection used from two
+            # threads deadlocks on the filter's Python SQL functions.
+            lexical_side = functools.partial(self.store.lexical_search, text, window, node)
+            pending = LEXICAL_POOL.submit(lexical_side) if node == MATCH_ALL else None
             scores, ids = self._dense(queries, window, nprobe or self.nprobe, node, None)
-            lexical = pending.result()  # refused (UserError) without the lexical table
+            lexical = pending.result() if pending else lexical_side()
             dense = [(int(i), float(s)) for s, i in zip(scores[0], ids[0], strict=True) if i >= 0]
             if fusion == "rrf":
                 ranked = [[i for i, _ in dense], [i for i, _ in lexical]]

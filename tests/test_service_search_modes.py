@@ -122,7 +122,7 @@ def test_queries_answer_one_batch_each_in_order(fake: TestClient) -> None:
 
 def test_32_queries_are_one_encoder_call_and_one_index_call(make_client: Any) -> None:
     encoder, index = FakeEncoder(), FakeIndex()
-    client = make_client(encoder, index, max_items=32, max_batch=32, max_payload_bytes=1 << 20)
+    client = make_client(encoder, index, max_items=32, max_batch=32, max_payload_bytes=1 << 20, workers=1)
     client.post("/documents", json={"documents": DOCS})
     encoder.calls.clear()
     index.searches.clear()
