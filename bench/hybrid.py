@@ -31,6 +31,7 @@ from typing import Any
 import harness as h
 import numpy as np
 
+from distilembed.artifacts import atomic_write_json
 from export.runtime import Encoder
 from index import lexical
 from index.build import BuildConfig, build
@@ -55,8 +56,7 @@ def corpus_index(work: Path, name: str, docs: list[tuple[str, str]], args: argpa
         path = Path(tmp) / "corpus.jsonl"
         path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs))
         build(BuildConfig(bundle=args.bundle, out=str(out), nlist=args.nlist), CorpusSpec(path))
-    record = json.loads(manifest.read_text()) | {"bench_docs": stamp}
-    manifest.write_text(json.dumps(record, indent=2))
+    atomic_write_json(manifest, json.loads(manifest.read_text()) | {"bench_docs": stamp})
     return out
 
 

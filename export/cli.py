@@ -23,6 +23,14 @@ def _stsb(sts_dir: str | None, data_dir: str | None, split: str = "test") -> tup
     return pairs, distinct_sentences(pairs)
 
 
+def _corpus_texts(corpus: str, limit: int, data_dir: str | None) -> list[str]:
+    """The first ``limit`` sentences of a corpus (also found relative to ``data_dir``)."""
+    from distilembed.paths import resolve_data_path
+    from training.data.text import read_sentences
+
+    return read_sentences(resolve_data_path(corpus, data_dir), limit=limit)
+
+
 export_app = typer.Typer(invoke_without_command=True)
 
 
@@ -84,9 +92,7 @@ def export_command(
     if ctx.invoked_subcommand is not None:
         return
     from distilembed.errors import UserError
-    from distilembed.paths import resolve_data_path
     from export.bundle import ParityGate, build_bundle
-    from training.data.text import read_sentences
     from training.evaluation import evaluate_pairs
 
     if model is None or out is None:
@@ -95,8 +101,7 @@ def export_command(
         raise UserError(f"output exists: {out} (pass --overwrite to replace it)")
     calibration_texts = None
     if calibration_corpus is not None:
-        path = resolve_data_path(calibration_corpus, data_dir)
-        calibration_texts = read_sentences(path, limit=calibration_sentences)
+        calibration_texts = _corpus_texts(calibration_corpus, calibration_sentences, data_dir)
     pairs, sentences = _stsb(sts_dir, data_dir)
     own_texts = calibration_texts or _stsb(sts_dir, data_dir, "train")[1]
     smooth_texts = own_texts[:SMOOTH_TEXTS] if smooth else None
@@ -173,20 +178,16 @@ def upgrade_bundle_command(
         raise UserError(f"not a bundle (no manifest.json): {bundle}")
     pairs, sentences = _stsb(sts_dir, data_dir)
     static_texts = None
-    if static:
-        from distilembed.paths import resolve_data_path
-        from training.data.text import read_sentences
-
-        corpus = calibration_corpus and resolve_data_path(calibration_corpus, data_dir)
-        static_texts = (
-            read_sentences(corpus, STATIC_TEXTS) if corpus else _stsb(sts_dir, data_dir, "train")[1]
-        )
+    if static and calibration_corpus is not None:
+        static_texts = _corpus_texts(calibration_corpus, STATIC_TEXTS, data_dir)
+    elif static:
+        static_texts = _stsb(sts_dir, data_dir, "train")[1][:STATIC_TEXTS]
     record = upgrade_bundle(
         bundle,
         sentences,
         sts_scores=lambda encode: evaluate_pairs(encode, pairs),
         max_sts_drop=max_sts_drop,
-        static_texts=static_texts and static_texts[:STATIC_TEXTS],
+        static_texts=static_texts,
     )
     typer.echo(f"bundle {bundle}: {record}")
 

@@ -31,14 +31,15 @@ def quantized_inputs(model: onnx.ModelProto) -> list[str]:
     return [n.input[0] for n in model.graph.node if n.op_type == DYNAMIC_OP]
 
 
-def activation_ranges(path: str | Path, batches: Iterable[dict[str, np.ndarray]]) -> Ranges:
-    """Min and max of every dynamically quantised tensor of the graph at ``path`` over ``batches``
+def activation_ranges(graph: onnx.ModelProto, batches: Iterable[dict[str, np.ndarray]]) -> Ranges:
+    """Min and max of every dynamically quantised tensor of ``graph`` (left as it is) over ``batches``
     (the encoder's feeds), counting only rows of real tokens where a tensor is per token."""
     import onnxruntime as ort
 
     from export.runtime import DISABLED_OPTIMIZERS
 
-    model = onnx.load(str(path))
+    model = onnx.ModelProto()
+    model.CopyFrom(graph)
     names = quantized_inputs(model)
     del model.graph.output[:]
     model.graph.output.extend(helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names)
@@ -100,7 +101,7 @@ def static_graph(dynamic: str | Path, out: str | Path, batches: Iterable[dict[st
     model = onnx.load(str(dynamic))
     if not quantized_inputs(model):
         return 0
-    count = make_static(model, activation_ranges(dynamic, batches))
+    count = make_static(model, activation_ranges(model, batches))
     onnx.save(model, str(out))
     return count
 

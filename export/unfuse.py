@@ -106,15 +106,15 @@ def upgrade_bundle(
             model = onnx.load(str(bundle / name))  # weights stored inside the .onnx file
             count = unfuse_skip_layer_norm(model)
             onnx.save(model, str(tmp / name))
+            old = Encoder(bundle, variant=variant, verify=False)
             if variant == "int8" and static_texts:
-                batches = Encoder(bundle, variant=variant, verify=False).feed_batches(static_texts)
+                batches = old.feed_batches(static_texts)
                 record["int8_static_nodes"] = static_graph(tmp / name, tmp / name, batches)
                 manifest["int8_activations"] = {"scheme": "static", "texts": len(static_texts)}
                 count += record["int8_static_nodes"]
             record[f"{variant}_nodes"] = count
             if not count:
                 continue
-            old = Encoder(bundle, variant=variant, verify=False)
             new = Encoder(tmp, variant=variant, verify=False)
             cos = cosines(old.encode(texts), new.encode(texts))
             record[f"{variant}_min_cosine_vs_previous"] = round(float(cos.min()), 6)

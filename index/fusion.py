@@ -63,3 +63,16 @@ def weighted_score_fusion(
             norm = (score - low) / (high - low) if high > low else 1.0
             fused[item] = fused.get(item, 0.0) + weight * norm
     return _ranked(fused)
+
+
+def fuse(
+    dense: Sequence[tuple[int, float]],
+    lexical: Sequence[tuple[int, float]],
+    fusion: str,
+    weights: Sequence[float],
+) -> list[tuple[int, float]]:
+    """The two sides' (id, score) lists, best first, fused: ``rrf`` by their ranks alone, ``weighted``
+    by their min-max scaled scores."""
+    if fusion == "rrf":
+        return reciprocal_rank_fusion([[i for i, _ in dense], [i for i, _ in lexical]], weights=weights)
+    return weighted_score_fusion([dense, lexical], weights)

@@ -10,7 +10,7 @@ import functools
 import logging
 import math
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from index.browse import Browsing
 from index.filtered_search import filtered_search, vector_search
 from index.filters import MATCH_ALL, Node
 from index.filters import parse as parse_filter
-from index.fusion import reciprocal_rank_fusion, weighted_score_fusion
+from index.fusion import fuse
 from index.integrity import INDEX_FILE, RESCORE_FILE, STAGED_FILE, STAGED_RESCORE, STORE_FILE, writer_lock
 from index.live_state import Change
 from index.rescore import DEFAULT_RESCORE_K
@@ -61,6 +61,29 @@ FUSIONS = ("rrf", "weighted")
 # Candidates per side: at the RRF constant 60, a document ranked 50th still adds 1/110, over half a
 # first place's 1/61, and the dense side's rescoring and filters already cost per candidate.
 HYBRID_CANDIDATES = 50
+
+
+def hybrid_hits(
+    fused: list[tuple[int, float]],
+    docs: Mapping[int, Document | Hit],
+    dense: list[tuple[int, float]],
+    lexical: list[tuple[int, float]],
+) -> list[HybridHit]:
+    """The fused (id, score) list as hits with each side's score and the sides that found them."""
+    sides = {"dense": dict(dense), "lexical": dict(lexical)}
+    return [
+        HybridHit(
+            doc.id,
+            score,
+            doc.text,
+            doc.metadata,
+            sides["dense"].get(i),
+            sides["lexical"].get(i),
+            tuple(name for name, found in sides.items() if i in found),
+        )
+        for i, score in fused
+        if (doc := docs.get(i)) is not None
+    ]
 
 
 def check_fusion(k: int, fusion: str, weights: Sequence[float]) -> None:
@@ -219,26 +242,8 @@ class LiveIndex(Retraining, Browsing):
             scores, ids = self._dense(queries, window, nprobe or self.nprobe, node, None)
             lexical = pending.result() if pending else lexical_side()
             dense = [(int(i), float(s)) for s, i in zip(scores[0], ids[0], strict=True) if i >= 0]
-            if fusion == "rrf":
-                ranked = [[i for i, _ in dense], [i for i, _ in lexical]]
-                fused = reciprocal_rank_fusion(ranked, weights=weights)[:k]
-            else:
-                fused = weighted_score_fusion([dense, lexical], weights)[:k]
-            docs = self.store.get_many([i for i, _ in fused])
-        sides = {"dense": dict(dense), "lexical": dict(lexical)}
-        return [
-            HybridHit(
-                docs[i].id,
-                s,
-                docs[i].text,
-                docs[i].metadata,
-                sides["dense"].get(i),
-                sides["lexical"].get(i),
-                tuple(name for name, found in sides.items() if i in found),
-            )
-            for i, s in fused
-            if i in docs
-        ]
+            fused = fuse(dense, lexical, fusion, weights)[:k]
+            return hybrid_hits(fused, self.store.get_many([i for i, _ in fused]), dense, lexical)
 
     def count(self, where: dict[str, Any] | None = None) -> int:
         """How many documents pass the filter (all of them without one)."""

@@ -40,12 +40,12 @@ class Searcher(Protocol):
         k: int = 10,
         where: dict[str, Any] | None = None,
         *,
-        fusion: str = "rrf",
+        fusion: str = "weighted",
         weights: Sequence[float] = (1.0, 1.0),
         candidates: int | None = None,
         nprobe: int | None = None,
     ) -> list[HybridHit]:
-        """Top-k of the dense and the lexical candidates fused (``rrf`` or ``weighted``)."""
+        """Top-k of the dense and the lexical candidates fused (``weighted`` or ``rrf``)."""
         ...
 
     def get(self, ext_id: str) -> Document | None: ...

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
-from index.fusion import reciprocal_rank_fusion, weighted_score_fusion
+from index.fusion import fuse
 from index.integrity import RESCORE_FILE, refuse_existing, seal
 from index.live import (
     HYBRID_CANDIDATES,
@@ -27,6 +27,7 @@ from index.live import (
     HybridHit,
     LiveIndex,
     check_fusion,
+    hybrid_hits,
     open_for_bundle,
 )
 from index.rescore import exact_vectors, write_rows
@@ -110,31 +111,28 @@ def fuse_hits(
     dense: list[Hit], lexical: list[Hit], k: int, fusion: str, weights: Sequence[float]
 ) -> list[HybridHit]:
     """The top-k of two ranked hit lists fused, as ``LiveIndex.search_hybrid`` fuses its candidates."""
-    docs = {h.id: h for h in [*lexical, *dense]}
-    number = {ext_id: n for n, ext_id in enumerate(docs)}
-    if fusion == "rrf":
-        fused = reciprocal_rank_fusion(
-            [[number[h.id] for h in hits] for hits in (dense, lexical)], weights=weights
-        )
-    else:
-        fused = weighted_score_fusion(
-            [[(number[h.id], h.score) for h in hits] for hits in (dense, lexical)], weights
-        )
-    sides = {"dense": {h.id: h.score for h in dense}, "lexical": {h.id: h.score for h in lexical}}
-    names = list(docs)
-    return [
-        HybridHit(
-            hit.id,
-            score,
-            hit.text,
-            hit.metadata,
-            sides["dense"].get(hit.id),
-            sides["lexical"].get(hit.id),
-            tuple(side for side, found in sides.items() if hit.id in found),
-        )
-        for n, score in fused[:k]
-        for hit in [docs[names[n]]]
-    ]
+    docs = dict(enumerate({h.id: h for h in [*lexical, *dense]}.values()))
+    number = {hit.id: n for n, hit in docs.items()}
+    by_dense, by_lexical = ([(number[h.id], h.score) for h in hits] for hits in (dense, lexical))
+    return hybrid_hits(fuse(by_dense, by_lexical, fusion, weights)[:k], docs, by_dense, by_lexical)
+
+
+def hybrid_by_sides(
+    index: Searcher,
+    query_vector: np.ndarray,
+    text: str,
+    k: int,
+    where: dict[str, Any] | None,
+    **options: Any,
+) -> list[HybridHit]:
+    """``search_hybrid`` from an index's own dense ``search`` and ``search_lexical``: each side's top
+    candidates fused (``options``: fusion, weights, candidates and nprobe, as LiveIndex takes them)."""
+    fusion, weights = options["fusion"], options["weights"]
+    check_fusion(k, fusion, weights)
+    window = max(k, options["candidates"] or HYBRID_CANDIDATES)
+    lexical = index.search_lexical(text, window, where)
+    queries = np.asarray(query_vector, dtype=np.float32).reshape(1, -1)
+    return fuse_hits(index.search(queries, window, options["nprobe"], where)[0], lexical, k, fusion, weights)
 
 
 class ShardedIndex:
@@ -187,11 +185,8 @@ class ShardedIndex:
         nprobe: int | None = None,
     ) -> list[HybridHit]:
         """The merged dense and lexical candidates of every shard, fused as one index fuses its own."""
-        check_fusion(k, fusion, weights)
-        window = max(k, candidates or HYBRID_CANDIDATES)
-        lexical = self.search_lexical(text, window, where)
-        queries = np.asarray(query_vector, dtype=np.float32).reshape(1, -1)
-        return fuse_hits(self.search(queries, window, nprobe, where)[0], lexical, k, fusion, weights)
+        options = {"fusion": fusion, "weights": weights, "candidates": candidates, "nprobe": nprobe}
+        return hybrid_by_sides(self, query_vector, text, k, where, **options)
 
     def get(self, ext_id: str) -> Document | None:
         return self.shards[shard_of(ext_id, len(self.shards))].get(ext_id)

@@ -15,8 +15,8 @@ import numpy as np
 from distilembed.errors import BusyError, UserError
 from index.filters import join_path, matches, split_path
 from index.filters import parse as parse_filter
-from index.live import HYBRID_CANDIDATES, Hit, HybridHit, check_fusion
-from index.shards import fuse_hits
+from index.live import Hit, HybridHit
+from index.shards import hybrid_by_sides
 from index.store import Document
 from index.vectors import plan_index
 
@@ -127,11 +127,8 @@ class FakeIndex:
         candidates: int | None = None,
         nprobe: int | None = None,
     ) -> list[HybridHit]:
-        check_fusion(k, fusion, weights)
-        window = max(k, candidates or HYBRID_CANDIDATES)
-        lexical = self.search_lexical(text, window, where)
-        dense = self.search(np.reshape(query_vector, (1, -1)), window, nprobe, where)[0]
-        return fuse_hits(dense, lexical, k, fusion, weights)
+        options = {"fusion": fusion, "weights": weights, "candidates": candidates, "nprobe": nprobe}
+        return hybrid_by_sides(self, query_vector, text, k, where, **options)
 
     def vectors(self, ext_ids: Sequence[str]) -> dict[str, np.ndarray]:
         with self._lock:
