@@ -56,6 +56,7 @@ def enable(db: sqlite3.Connection) -> bool:
     created = not enabled(db)
     db.execute(CREATE)
     db.execute(f"INSERT INTO {TABLE} ({TABLE}) VALUES ('rebuild')")
+    db.execute(f"INSERT INTO {TABLE} ({TABLE}) VALUES ('optimize')")  # one segment: fewer pages a term
     return created
 
 
