@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +25,7 @@ from index.filtered_search import filtered_search, vector_search
 from index.filters import MATCH_ALL, Node
 from index.filters import parse as parse_filter
 from index.fusion import fuse
+from index.hits import HYBRID_CANDIDATES, Hit, HybridHit, check_fusion, hybrid_hits
 from index.integrity import INDEX_FILE, RESCORE_FILE, STAGED_FILE, STAGED_RESCORE, STORE_FILE, writer_lock
 from index.live_state import Change
 from index.rescore import DEFAULT_RESCORE_K
@@ -37,63 +36,6 @@ from index.vectors import add, bytes_per_vector, centroid_bytes, on_disk, remove
 LEXICAL_POOL = ThreadPoolExecutor(2, thread_name_prefix="distilembed-lexical")
 log = logging.getLogger(__name__)
 __all__ = ["INDEX_FILE", "STORE_FILE", "Hit", "HybridHit", "LiveIndex", "open_for_bundle"]
-
-
-@dataclass(frozen=True)
-class Hit:
-    id: str
-    score: float
-    text: str
-    metadata: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class HybridHit(Hit):
-    """A hybrid search's hit: ``score`` the fused one, then each side's own score (dense: the inner
-    product; lexical: BM25), None where its candidates lack it; ``matched``: the sides that hold it."""
-
-    dense_score: float | None
-    lexical_score: float | None
-    matched: tuple[str, ...]
-
-
-FUSIONS = ("rrf", "weighted")
-# Candidates per side: at the RRF constant 60, a document ranked 50th still adds 1/110, over half a
-# first place's 1/61, and the dense side's rescoring and filters already cost per candidate.
-HYBRID_CANDIDATES = 50
-
-
-def hybrid_hits(
-    fused: list[tuple[int, float]],
-    docs: Mapping[int, Document | Hit],
-    dense: list[tuple[int, float]],
-    lexical: list[tuple[int, float]],
-) -> list[HybridHit]:
-    """The fused (id, score) list as hits with each side's score and the sides that found them."""
-    sides = {"dense": dict(dense), "lexical": dict(lexical)}
-    return [
-        HybridHit(
-            doc.id,
-            score,
-            doc.text,
-            doc.metadata,
-            sides["dense"].get(i),
-            sides["lexical"].get(i),
-            tuple(name for name, found in sides.items() if i in found),
-        )
-        for i, score in fused
-        if (doc := docs.get(i)) is not None
-    ]
-
-
-def check_fusion(k: int, fusion: str, weights: Sequence[float]) -> None:
-    """What a hybrid search refuses: k < 1, another fusion, weights not two finite numbers >= 0."""
-    if k < 1:
-        raise UserError(f"k must be at least 1, not {k}")
-    if fusion not in FUSIONS:
-        raise UserError(f"fusion must be one of {', '.join(FUSIONS)}, not {fusion!r}")
-    if len(weights) != 2 or not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
-        raise UserError(f"weights must be two finite numbers >= 0 (dense, lexical), not both 0: {weights}")
 
 
 class LiveIndex(Retraining, Browsing):
@@ -182,6 +124,18 @@ class LiveIndex(Retraining, Browsing):
             ]
             for row_s, row_i in zip(scores, ids, strict=True)
         ]
+
+    def try_search(self, query: np.ndarray, k: int, max_scanned: int) -> list[Hit] | None:
+        """One unfiltered query's top-k at the default nprobe, or None at once if a writer holds the
+        index or it would scan over ``max_scanned`` vectors: bounded work that an event loop may run
+        itself instead of handing it to a thread."""
+        scanned = self.ntotal * min(1.0, self.nprobe / self.nlist) if self.nlist else self.ntotal
+        if scanned > max_scanned or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self.search(np.reshape(query, (1, -1)), k)[0]
+        finally:
+            self._lock.release()
 
     def _dense(
         self, queries: np.ndarray, k: int, nprobe: int, node: Node, rescore_k: int | None

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from index.live import Hit, HybridHit
+    from index.hits import Hit, HybridHit
     from index.store import Document
 
 

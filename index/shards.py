@@ -18,18 +18,9 @@ from tqdm.auto import tqdm
 from distilembed.artifacts import atomic_directory, atomic_write_json, now_iso, read_manifest
 from distilembed.errors import BusyError, UserError
 from index.fusion import fuse
+from index.hits import HYBRID_CANDIDATES, Hit, HybridHit, check_fusion, hybrid_hits
 from index.integrity import RESCORE_FILE, refuse_existing, seal
-from index.live import (
-    HYBRID_CANDIDATES,
-    INDEX_FILE,
-    STORE_FILE,
-    Hit,
-    HybridHit,
-    LiveIndex,
-    check_fusion,
-    hybrid_hits,
-    open_for_bundle,
-)
+from index.live import INDEX_FILE, STORE_FILE, LiveIndex, open_for_bundle
 from index.rescore import exact_vectors, write_rows
 from index.searcher import Searcher
 from index.store import Document, DocumentStore

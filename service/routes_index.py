@@ -13,7 +13,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Scope
 
 from index.browse import documents_page
-from index.live import Hit, HybridHit
+from index.hits import Hit, HybridHit
+from index.live import LiveIndex
 from index.searcher import IndexLike
 from index.store import Document
 from service.errors import ApiError, documented, payload_too_large, require_json, shown, took_ms, validation
@@ -41,6 +42,9 @@ from service.state import ServiceState, State, index_info
 read_router = APIRouter(tags=["index"])
 write_router = APIRouter(tags=["index"])
 JSON_BODY = [Depends(require_json)]
+# A lone dense query this small is answered on the event loop (_inline_search): at most this many
+# vectors scanned (IVF lists at the default nprobe, or a flat index) and k rows read, under 0.5 ms.
+INLINE_MAX_K, INLINE_MAX_SCANNED = 100, 50_000
 
 
 def _not_found(doc_id: str) -> ApiError:
@@ -76,6 +80,21 @@ def _run_search(
     ]
 
 
+def _inline_search(
+    index: IndexLike, body: SearchRequest, vectors: np.ndarray | None, k: int
+) -> list[list[Hit]] | None:
+    """A lone dense query without a filter, nprobe or rescoring, on a local index the moment no writer
+    holds it: answered on the event loop, which costs less than the hand-off to a thread and back (decision
+    64). None: the request takes the thread pool."""
+    plain = body.mode == "dense" and not body.filter and body.nprobe is None and body.rescore_k is None
+    if not (plain and isinstance(index, LiveIndex) and vectors is not None and len(vectors) == 1):
+        return None
+    if k > INLINE_MAX_K:
+        return None
+    hits = index.try_search(vectors[0], k, INLINE_MAX_SCANNED)
+    return None if hits is None else [hits]
+
+
 def _result(hit: Hit, shown: frozenset[str], vectors: dict[str, np.ndarray]) -> dict[str, Any]:
     """One hit as JSON (a ``SearchResult``): vector and the hybrid scores only where they apply."""
     out: dict[str, Any] = {
@@ -107,7 +126,9 @@ async def search_content(body: SearchRequest, state: ServiceState, scope: Scope)
     texts = state.check_texts(texts, body.truncate)
     vectors = None if body.mode == "lexical" else await _query_vectors(body, texts, state, index.dim)
     start = time.perf_counter()
-    found = await run_in_threadpool(_run_search, index, body, texts, vectors, body.offset + top_k)
+    found = _inline_search(index, body, vectors, body.offset + top_k)
+    if found is None:
+        found = await run_in_threadpool(_run_search, index, body, texts, vectors, body.offset + top_k)
     state.metrics.search_duration.observe(time.perf_counter() - start)
     floor = body.score_threshold
     pages = [[h for h in hits[body.offset :] if floor is None or h.score >= floor] for hits in found]

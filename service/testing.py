@@ -15,7 +15,7 @@ import numpy as np
 from distilembed.errors import BusyError, UserError
 from index.filters import join_path, matches, split_path
 from index.filters import parse as parse_filter
-from index.live import Hit, HybridHit
+from index.hits import Hit, HybridHit
 from index.shards import hybrid_by_sides
 from index.store import Document
 from index.vectors import plan_index

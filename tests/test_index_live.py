@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +176,30 @@ def test_refusals(tmp_path) -> None:
     with pytest.raises(UserError, match="not an index"):
         LiveIndex(tmp_path)
     assert LiveIndex(tmp_path / "idx").ntotal == 3000  # the refusals changed nothing
+
+
+def test_try_search_answers_now_or_not_at_all(tmp_path) -> None:
+    """The event loop's search: the same hits as ``search``; None while another thread holds the index
+    or when it would scan more vectors than allowed."""
+    make_index(tmp_path / "idx", nlist=32)
+    live = LiveIndex(tmp_path / "idx")
+    query = unit(3)[0]
+    assert live.try_search(query, 7, max_scanned=10_000) == live.search(query[None, :], 7)[0]
+    assert live.try_search(query, 7, max_scanned=3000 * 5 // 32 - 1) is None  # 5 of 32 lists
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with live._lock:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    held.wait()
+    try:
+        assert live.try_search(query, 7, max_scanned=10_000) is None
+    finally:
+        release.set()
+        thread.join()
+    assert live.try_search(query, 7, max_scanned=10_000) is not None
+    live.close()
