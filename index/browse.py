@@ -42,7 +42,9 @@ class Browsing(LiveState):
 
 def stored_vectors(index: faiss.Index, rescorer: Rescorer | None, ids: np.ndarray) -> np.ndarray:
     """float32 rows for int ``ids``: from the rescoring file (pq, binary), else decoded from the index.
-    An IVF reconstructs by id through a hash table built for the call (a pass over its ids)."""
+    An IVF finds ids through Faiss's hash table direct map, built by the first call (a pass over its
+    ids; about 40 bytes a vector) and kept: Faiss updates it with every add and remove, and
+    ``save_index`` leaves it out of the file."""
     if rescorer is not None:
         return rescorer.vectors(ids)
     if has_binary_lists(index):
@@ -50,11 +52,9 @@ def stored_vectors(index: faiss.Index, rescorer: Rescorer | None, ids: np.ndarra
     if not len(ids):
         return np.zeros((0, index.d), np.float32)
     if isinstance(index, faiss.IndexIVF):
-        index.set_direct_map_type(faiss.DirectMap.Hashtable)
-        try:
-            return index.reconstruct_batch(ids)
-        finally:
-            index.set_direct_map_type(faiss.DirectMap.NoMap)
+        if index.direct_map.type == faiss.DirectMap.NoMap:
+            index.set_direct_map_type(faiss.DirectMap.Hashtable)
+        return index.reconstruct_batch(ids)
     return faiss.downcast_index(index).reconstruct_batch(ids)  # IDMap2: by its reverse map
 
 

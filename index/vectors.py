@@ -286,7 +286,10 @@ def save_index(index: faiss.Index, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.fchmod(fd, FILE_MODE)  # mkstemp's 0600 would hide the index from a container's other uid
     os.close(fd)
+    mapped = isinstance(index, faiss.IndexIVF) and index.direct_map.type != faiss.DirectMap.NoMap
     try:
+        if mapped:  # a direct map kept for returning vectors (index/browse.py) is memory, not the file
+            index.set_direct_map_type(faiss.DirectMap.NoMap)
         (faiss.write_index_binary if is_binary(index) else faiss.write_index)(index, tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
@@ -294,6 +297,9 @@ def save_index(index: faiss.Index, path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        if mapped:
+            index.set_direct_map_type(faiss.DirectMap.Hashtable)
 
 
 @contextmanager

@@ -4,6 +4,7 @@ the CLI: ``index search`` with several queries, pages, a threshold and fields; `
 from __future__ import annotations
 
 import json
+import shutil
 
 import faiss
 import numpy as np
@@ -13,9 +14,10 @@ from distilembed.errors import UserError
 from index.browse import after_cursor, documents_page, stored_vectors
 from index.build import BuildConfig, build
 from index.corpus import CorpusSpec
-from index.live import LiveIndex
+from index.live import INDEX_FILE, LiveIndex
 from index.rescore import Rescorer, write_rows
 from index.shards import open_sharded, shard_index
+from index.store import Document
 from index.vectors import IndexPlan, add, binary_lists, build_index, held_vectors
 from tests.tiny_models import tiny_sentences
 
@@ -68,7 +70,7 @@ def test_vectors_come_back_from_every_storage(built, tmp_path) -> None:
         np.testing.assert_allclose(
             np.stack([got[i] for i in some[:3]]), np.stack([by_id[i] for i in some[:3]])
         )
-    assert whole.index.direct_map.type == faiss.DirectMap.NoMap  # the hash table was for the call only
+    assert whole.index.direct_map.type == faiss.DirectMap.Hashtable  # built once, kept for the next
     rows = np.random.default_rng(0).standard_normal((500, 8)).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     ids = np.arange(10, 510, dtype=np.int64)
@@ -80,6 +82,26 @@ def test_vectors_come_back_from_every_storage(built, tmp_path) -> None:
     with pytest.raises(UserError, match="sign bits"):
         stored_vectors(binary_lists(8, 4), None, ids[[3]])
     sharded.close()
+
+
+def test_the_kept_direct_map_follows_writes_and_stays_out_of_the_file(built, tmp_path) -> None:
+    shutil.copytree(built / "idx", tmp_path / "idx")
+    live = LiveIndex(tmp_path / "idx")
+    assert set(live.vectors(["t3"])) == {"t3"}  # builds the map
+    fresh = np.eye(live.dim, dtype=np.float32)[:2]
+    live.upsert([Document("new", "a new one"), Document("t3", "t3 replaced")], fresh)
+    live.delete(["t5"])
+    got = live.vectors(["new", "t3", "t5"])
+    assert set(got) == {"new", "t3"}
+    np.testing.assert_allclose(np.stack([got["new"], got["t3"]]), fresh)
+    live.checkpoint()
+    assert live.index.direct_map.type == faiss.DirectMap.Hashtable
+    assert faiss.read_index(str(tmp_path / "idx" / INDEX_FILE)).direct_map.type == faiss.DirectMap.NoMap
+    np.testing.assert_allclose(live.vectors(["new"])["new"], fresh[0])
+    live.close()
+    reopened = LiveIndex(tmp_path / "idx", writable=False)
+    np.testing.assert_allclose(reopened.vectors(["t3"])["t3"], fresh[1])
+    reopened.close()
 
 
 def test_lexical_and_hybrid_over_shards(built) -> None:
