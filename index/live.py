@@ -127,10 +127,13 @@ class LiveIndex(Retraining, Browsing):
 
     def try_search(self, query: np.ndarray, k: int, max_scanned: int) -> list[Hit] | None:
         """One unfiltered query's top-k at the default nprobe, or None at once if a writer holds the
-        index or it would scan over ``max_scanned`` vectors: bounded work that an event loop may run
-        itself instead of handing it to a thread."""
+        index, it would scan over ``max_scanned`` vectors, or its vectors are read from files (lists on
+        disk, a rescoring file): bounded in-memory work that an event loop may run itself instead of
+        handing it to a thread."""
         scanned = self.ntotal * min(1.0, self.nprobe / self.nlist) if self.nlist else self.ntotal
-        if scanned > max_scanned or not self._lock.acquire(blocking=False):
+        if scanned > max_scanned or self.rescorer is not None or on_disk(self.index):
+            return None
+        if not self._lock.acquire(blocking=False):
             return None
         try:
             return self.search(np.reshape(query, (1, -1)), k)[0]

@@ -81,13 +81,13 @@ def _run_search(
 
 
 def _inline_search(
-    index: IndexLike, body: SearchRequest, vectors: np.ndarray | None, k: int
+    index: IndexLike, body: SearchRequest, vectors: np.ndarray | None, k: int, allowed: bool
 ) -> list[list[Hit]] | None:
     """A lone dense query without a filter, nprobe or rescoring, on a local index the moment no writer
     holds it: answered on the event loop, which costs less than the hand-off to a thread and back (decision
     64). None: the request takes the thread pool."""
     plain = body.mode == "dense" and not body.filter and body.nprobe is None and body.rescore_k is None
-    if not (plain and isinstance(index, LiveIndex) and vectors is not None and len(vectors) == 1):
+    if not (allowed and plain and isinstance(index, LiveIndex) and vectors is not None and len(vectors) == 1):
         return None
     if k > INLINE_MAX_K:
         return None
@@ -126,7 +126,7 @@ async def search_content(body: SearchRequest, state: ServiceState, scope: Scope)
     texts = state.check_texts(texts, body.truncate)
     vectors = None if body.mode == "lexical" else await _query_vectors(body, texts, state, index.dim)
     start = time.perf_counter()
-    found = _inline_search(index, body, vectors, body.offset + top_k)
+    found = _inline_search(index, body, vectors, body.offset + top_k, limits.inline_search)
     if found is None:
         found = await run_in_threadpool(_run_search, index, body, texts, vectors, body.offset + top_k)
     state.metrics.search_duration.observe(time.perf_counter() - start)

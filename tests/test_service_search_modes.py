@@ -277,3 +277,27 @@ def test_lexical_on_a_live_index_without_the_table(make_client: Any, tmp_path: P
     says = error(client.post("/search", json={"query": "text", "mode": "hybrid"}), 422)["error"]
     assert says == "plain has no lexical index: add it with 'distilembed index lexical plain'"
     assert str(tmp_path) not in says
+
+
+def test_a_lone_dense_query_skips_the_thread_pool_and_answers_alike(
+    live: TestClient, make_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import service.routes_index as routes
+
+    handed: list[str] = []
+    real = routes.run_in_threadpool
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        handed.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(routes, "run_in_threadpool", counting)
+    inline = search(live, query="alpha3 beta3", top_k=5)["results"]
+    assert handed == []  # answered on the event loop
+    everything = {"n": {"$in": [0, 1, 2]}}  # a filter every document passes: the thread pool
+    threaded = search(live, query="alpha3 beta3", top_k=5, filter=everything)["results"]
+    assert handed == ["_run_search"] and ids(threaded) == ids(inline)
+    assert [h["score"] for h in threaded] == pytest.approx([h["score"] for h in inline])
+    off = make_client(index=LiveIndex(empty_index_dir(tmp_path / "off", dim=8)), inline_search=False)
+    search(off, query="anything", top_k=3)
+    assert handed == ["_run_search", "_run_search"]
