@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.batcher import Batcher, BatcherClosedError, QueueFullError
+from service.batcher import SPLIT_FROM, Batcher, BatcherClosedError, QueueFullError, _Request
 from service.settings import Settings
 from service.testing import FakeEncoder
 
@@ -325,3 +325,25 @@ def test_two_workers_share_one_large_request():
     result, calls = asyncio.run(main())
     check(result, [f"text {i}" for i in range(8)])
     assert sorted(calls) == [4, 4]  # each worker took half the queue, at the same time (the barrier)
+
+
+def test_with_many_requests_waiting_a_free_worker_leaves_a_busy_one_its_share():
+    loop = asyncio.new_event_loop()
+
+    def taken(requests: list[int], busy: int) -> int:
+        """Texts one free worker takes from a queue of requests of these sizes, ``busy`` workers busy."""
+        batcher = Batcher(FakeEncoder(), max_batch=64, workers=2)  # not started: _take by hand
+        for n in requests:
+            batcher._pending.append(_Request([f"t{i}" for i in range(n)], loop.create_future(), loop, 0.0))
+            batcher._queued += n
+        batcher._busy = busy
+        with batcher._cond:  # as the worker holds it
+            return sum(s.stop - s.start for s in batcher._take())
+
+    try:
+        assert taken([1] * 10, busy=1) == 5  # the busy worker comes back for the other half
+        assert taken([1] * (SPLIT_FROM - 1), busy=1) == SPLIT_FROM - 1  # too few to cut
+        assert taken([10], busy=1) == 10  # one request: all of it to the only free worker
+        assert taken([10], busy=0) == 5  # ... or half of it to each of two
+    finally:
+        loop.close()
