@@ -138,7 +138,13 @@ class Batcher:
         self.encoder, self.max_batch, self.max_queue = encoder, max_batch, max_queue
         self.run_batch, self.max_wait = run_batch, max_wait_ms / 1000
         self.metrics = metrics or Metrics()  # a registry of its own when none is given
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # the queue's lock; a worker holding a batch open waits on it
+        # Idle workers wait on their own condition (the same lock) and the one that went idle last is
+        # woken first: its caches hold the model, and at concurrency 1 a request is not handed to the
+        # other core each time (Condition.notify wakes the longest waiter; decision 64).
+        self._wakers = [threading.Condition(lock) for _ in range(workers)]
+        self._idle: list[int] = []
         self._pending: deque[_Request] = deque()
         self._queued = 0
         self._busy = 0  # workers inside an encoder call
@@ -146,7 +152,7 @@ class Batcher:
         self._batch_seconds = 0.01  # moving average, for Retry-After
         self._listeners: list[Callable[[int], None]] = [self.metrics.queue_depth.set]
         self._threads = [
-            threading.Thread(target=self._run, name=f"distilembed-encoder-{i}", daemon=True)
+            threading.Thread(target=self._run, args=(i,), name=f"distilembed-encoder-{i}", daemon=True)
             for i in range(workers)
         ]
 
@@ -180,7 +186,7 @@ class Batcher:
             self._pending.append(request)
             self._queued += len(texts)
             self._changed()
-            self._cond.notify()
+            self._notify()
         try:
             return await request.future
         except asyncio.CancelledError:
@@ -204,6 +210,8 @@ class Batcher:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            for waker in self._wakers:
+                waker.notify_all()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             if thread.is_alive():
@@ -214,13 +222,23 @@ class Batcher:
             self._changed()
         _fail(left, BatcherClosedError("the encoder shut down before this request was served"))
 
-    def _run(self) -> None:
+    def _notify(self) -> None:
+        """Wake the worker that went idle last, else one holding a batch open (the lock held)."""
+        if self._idle:
+            self._wakers[self._idle.pop()].notify()
+        else:
+            self._cond.notify()
+
+    def _run(self, me: int) -> None:
         idle, last_requests = True, 0
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
                     idle = True
-                    self._cond.wait()
+                    self._idle.append(me)
+                    self._wakers[me].wait()
+                    if me in self._idle:  # woken by the close, not by _notify
+                        self._idle.remove(me)
                 if not self._pending:
                     return  # closed and drained
                 concurrent = last_requests > 1 or len(self._pending) > 1
@@ -265,7 +283,7 @@ class Batcher:
             if request.remaining:
                 self._pending.append(request)  # round-robin: the others go first next time
         if self._pending:
-            self._cond.notify()  # a free worker takes the rest
+            self._notify()  # a free worker takes the rest
         self._changed()
         return out
 
