@@ -347,3 +347,23 @@ def test_with_many_requests_waiting_a_free_worker_leaves_a_busy_one_its_share():
         assert taken([10], busy=0) == 5  # ... or half of it to each of two
     finally:
         loop.close()
+
+
+def test_the_worker_that_went_idle_last_is_woken_first():
+    batcher = Batcher(FakeEncoder(), workers=3)  # not started: the idle stack by hand
+    batcher._idle[:] = [2, 0, 1]  # went idle in this order
+    with batcher._cond:
+        batcher._notify()  # wakes worker 1, whose caches are warmest
+    assert batcher._idle == [2, 0]
+
+
+def test_lone_requests_one_after_another_are_all_answered_by_two_workers():
+    async def main() -> list:
+        batcher = Batcher(FakeEncoder(), max_wait_ms=0, workers=2)
+        batcher.start()
+        results = [await batcher.embed([f"text {i}"]) for i in range(20)]
+        await batcher.aclose()
+        return results
+
+    for i, result in enumerate(asyncio.run(main())):
+        check(result, [f"text {i}"])
