@@ -4,7 +4,8 @@
 in-process encoder on the same texts; /search at concurrency 8 (with --index); with --infinity,
 infinity-emb serving all-MiniLM-L6-v2 ONNX int8 against this server, one sentence per request at
 concurrency 8 in --peer-rounds alternating rounds (median ratio; skipped when it is not installed);
-/search against embeds at concurrency 8 in as many alternating pairs.
+/search against embeds at concurrency 8, and 32 queries a request against one, in as many alternating
+pairs.
 Block ``serve-load`` (--load): --duration s (default 120) at concurrency 32 of embed, search and
 upsert on a copy of --index, its 5xx and RSS; then kill -9, a restart, and every document it held
 looked up again. Blocks: bench/harness.py (--no-doc, --render-from); JSON to --json (default
@@ -112,14 +113,18 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
         ratio = results["in_process_sent_per_s"] / max(served["items_per_s"], 1e-9)
         results["serving_overhead_ratio"] = round(ratio, 2)
         if args.index:
-            results |= search_rounds(base, sentences, args)
 
             def search32(i: int) -> tuple[str, hl.Request]:
                 lo = (i * 32) % max(1, len(texts) - 32)
                 return "search32", ("POST", "/search", {"queries": texts[lo : lo + 32], "top_k": 10})
 
-            results["search_c1"] = run_phase(base, hl.one_each("search", sentences), 1, args)
-            results["search_32_queries_c1"] = run_phase(base, search32, 1, args, items=32)
+            search1 = hl.one_each("search", sentences)
+            at_8 = {"embed": (hl.one_each("embed", sentences), 8, 1), "search": (search1, 8, 1)}
+            median, results["search_vs_embed_c8"] = alternating(base, at_8, "search", "embed", args)
+            results["search_c8"] = median["search"]
+            singles = {"search": (search1, 1, 1), "search32": (search32, 1, 32)}
+            median, results["search32_vs_search_c1"] = alternating(base, singles, "search32", "search", args)
+            results["search_c1"], results["search_32_queries_c1"] = median["search"], median["search32"]
         if args.infinity:
             results["infinity"] = infinity(args, sentences, base)
 
@@ -214,18 +219,23 @@ def block_name(results: dict[str, Any]) -> str:
     return "serve-load" if results["meta"]["mode"] == "load" else "serve"
 
 
-def search_rounds(base: str, sentences: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """/search against one-sentence embeds at concurrency 8 in ``--peer-rounds`` rounds whose order
-    alternates, so the two are compared at the same moment of the machine (not phases a minute
-    apart); ``search_c8`` is the round of the median ratio."""
+def alternating(
+    base: str,
+    phases: dict[str, tuple[hl.MakeRequest, int, int]],
+    top: str,
+    bottom: str,
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Two phases (name: requests, concurrency, texts a request) back to back in ``--peer-rounds``
+    rounds whose order alternates, so they are compared at the same moment of the machine, not a
+    minute apart: the round of the median ratio of ``top``'s texts/s to ``bottom``'s, and the ratios."""
     rounds = []
     for r in range(args.peer_rounds):
-        order = ("embed", "search") if r % 2 == 0 else ("search", "embed")
-        phases = {kind: run_phase(base, hl.one_each(kind, sentences), 8, args) for kind in order}
-        rounds.append(phases | {"ratio": round(phases["search"]["rps"] / phases["embed"]["rps"], 3)})
+        order = list(phases) if r % 2 == 0 else list(reversed(phases))
+        done = {name: run_phase(base, *phases[name][:2], args, items=phases[name][2]) for name in order}
+        rounds.append(done | {"ratio": round(done[top]["items_per_s"] / done[bottom]["items_per_s"], 3)})
     median = sorted(rounds, key=lambda x: x["ratio"])[len(rounds) // 2]
-    paired = {"ratios": [x["ratio"] for x in rounds], "median": median["ratio"]}
-    return {"search_c8": median["search"], "search_vs_embed_c8": paired}
+    return median, {"ratios": [x["ratio"] for x in rounds], "median": median["ratio"]}
 
 
 def render(results: dict[str, Any]) -> str:
@@ -253,8 +263,9 @@ def render(results: dict[str, Any]) -> str:
                 ratio = results["search_vs_embed_c8"]["median"]
             if key == "search_c1":  # against one-sentence embeds at the same concurrency
                 ratio = p["rps"] / results["embed_1_sentence_c1"]["rps"]
-            if key == "search_32_queries_c1":  # queries/s against one query a request
-                ratio = p["items_per_s"] / results["search_c1"]["rps"]
+            if key == "search_32_queries_c1":  # queries/s against one query a request, paired
+                paired = results.get("search32_vs_search_c1")
+                ratio = paired["median"] if paired else p["items_per_s"] / results["search_c1"]["rps"]
             cells = [name, h.fmt(p["rps"]), items, h.fmt(ratio, ".0%"), *latency, bad + p["transport_errors"]]
             rows.append(cells)
     batch1 = results.get("in_process_batch1_p50_ms")
@@ -270,7 +281,8 @@ def render(results: dict[str, Any]) -> str:
         "\n\n*of in-process*: sentences/s against the in-process encoder (length-sorted runs of run_batch, "
         "all threads); for /search, its req/s against one-sentence embeds at the same concurrency (at 8: "
         "the median of --peer-rounds back-to-back pairs, order alternating); for 32 "
-        "queries a request, its queries/s against one query a request. The in-process p50 is one "
+        "queries a request, its queries/s against one query a request (paired the same way). The "
+        "in-process p50 is one "
         "sentence at a time."
     )
     if "rounds" in peer:

@@ -76,6 +76,7 @@ def test_serve_measures_every_phase_and_renders_its_block(tmp_path, doc, index, 
     assert result["in_process_sent_per_s"] > 0 and result["run"]["command"].startswith("python bench/serve.")
     paired = result["search_vs_embed_c8"]  # /search and embed back to back, order alternating
     assert len(paired["ratios"]) == 3 and paired["median"] == sorted(paired["ratios"])[1] > 0
+    assert len(result["search32_vs_search_c1"]["ratios"]) == 3
     serve.main(["--render-from", str(out), "--doc", str(doc)])
     rendered = block(doc, "serve")
     assert "| 1 sentence, concurrency 4 |" in rendered and "| /search, concurrency 8 |" in rendered
