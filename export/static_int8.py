@@ -95,14 +95,21 @@ def make_static(model: onnx.ModelProto, ranges: Ranges) -> int:
     return count
 
 
+def calibrate_static(model: onnx.ModelProto, batches: Iterable[dict[str, np.ndarray]]) -> int:
+    """``make_static`` with ranges measured on ``batches``; 0 (``model`` untouched) if it quantises no
+    activations dynamically."""
+    if not quantized_inputs(model):
+        return 0
+    return make_static(model, activation_ranges(model, batches))
+
+
 def static_graph(dynamic: str | Path, out: str | Path, batches: Iterable[dict[str, np.ndarray]]) -> int:
     """Write the static version of the dynamic int8 graph ``dynamic`` to ``out``, calibrated on
     ``batches``; returns the number of nodes made static (0: nothing to do, ``out`` not written)."""
     model = onnx.load(str(dynamic))
-    if not quantized_inputs(model):
-        return 0
-    count = make_static(model, activation_ranges(model, batches))
-    onnx.save(model, str(out))
+    count = calibrate_static(model, batches)
+    if count:
+        onnx.save(model, str(out))
     return count
 
 

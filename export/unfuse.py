@@ -83,7 +83,7 @@ def upgrade_bundle(
     cosines to the old ones on ``texts`` and their STS-B test figures (``sts_scores``: encode_fn ->
     Spearman); an STS-B drop of more than ``max_sts_drop`` aborts with nothing changed."""
     from export.runtime import MODEL_FILES, BundleError, Encoder, cosines, verify_bundle
-    from export.static_int8 import static_graph
+    from export.static_int8 import calibrate_static
 
     present = [f for f in MODEL_FILES.values() if (bundle / f).is_file()]
     manifest = verify_bundle(bundle, present)  # and that it is a bundle at all
@@ -105,15 +105,16 @@ def upgrade_bundle(
                 continue
             model = onnx.load(str(bundle / name))  # weights stored inside the .onnx file
             count = unfuse_skip_layer_norm(model)
-            onnx.save(model, str(tmp / name))
-            old = Encoder(bundle, variant=variant, verify=False)
-            if variant == "int8" and static_texts:
-                batches = old.feed_batches(static_texts)
-                record["int8_static_nodes"] = static_graph(tmp / name, tmp / name, batches)
-                manifest["int8_activations"] = {"scheme": "static", "texts": len(static_texts)}
+            static = static_texts if variant == "int8" else None
+            old = Encoder(bundle, variant=variant, verify=False) if count or static else None
+            if static and old is not None:
+                # calibrated on the unfused graph, through the bundle's own tokenizer and padding
+                record["int8_static_nodes"] = calibrate_static(model, old.feed_batches(static))
+                manifest["int8_activations"] = {"scheme": "static", "texts": len(static)}
                 count += record["int8_static_nodes"]
             record[f"{variant}_nodes"] = count
-            if not count:
+            onnx.save(model, str(tmp / name))
+            if not count or old is None:
                 continue
             new = Encoder(tmp, variant=variant, verify=False)
             cos = cosines(old.encode(texts), new.encode(texts))
