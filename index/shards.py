@@ -112,18 +112,21 @@ def hybrid_by_sides(
     index: Searcher,
     query_vector: np.ndarray,
     text: str,
-    k: int,
-    where: dict[str, Any] | None,
-    **options: Any,
+    k: int = 10,
+    where: dict[str, Any] | None = None,
+    *,
+    fusion: str = "weighted",
+    weights: Sequence[float] = (1.0, 1.0),
+    candidates: int | None = None,
+    nprobe: int | None = None,
 ) -> list[HybridHit]:
     """``search_hybrid`` from an index's own dense ``search`` and ``search_lexical``: each side's top
-    candidates fused (``options``: fusion, weights, candidates and nprobe, as LiveIndex takes them)."""
-    fusion, weights = options["fusion"], options["weights"]
+    candidates fused, the options as LiveIndex takes them (a method of ShardedIndex as it is)."""
     check_fusion(k, fusion, weights)
-    window = max(k, options["candidates"] or HYBRID_CANDIDATES)
+    window = max(k, candidates or HYBRID_CANDIDATES)
     lexical = index.search_lexical(text, window, where)
     queries = np.asarray(query_vector, dtype=np.float32).reshape(1, -1)
-    return fuse_hits(index.search(queries, window, options["nprobe"], where)[0], lexical, k, fusion, weights)
+    return fuse_hits(index.search(queries, window, nprobe, where)[0], lexical, k, fusion, weights)
 
 
 class ShardedIndex:
@@ -163,21 +166,8 @@ class ShardedIndex:
         futures = [self._pool.submit(s.search_lexical, text, k, where) for s in self.shards]
         return merge_hits([[f.result()] for f in futures], k)[0]
 
-    def search_hybrid(
-        self,
-        query_vector: np.ndarray,
-        text: str,
-        k: int = 10,
-        where: dict[str, Any] | None = None,
-        *,
-        fusion: str = "weighted",
-        weights: Sequence[float] = (1.0, 1.0),
-        candidates: int | None = None,
-        nprobe: int | None = None,
-    ) -> list[HybridHit]:
-        """The merged dense and lexical candidates of every shard, fused as one index fuses its own."""
-        options = {"fusion": fusion, "weights": weights, "candidates": candidates, "nprobe": nprobe}
-        return hybrid_by_sides(self, query_vector, text, k, where, **options)
+    # the merged dense and lexical candidates of every shard, fused as one index fuses its own
+    search_hybrid = hybrid_by_sides
 
     def get(self, ext_id: str) -> Document | None:
         return self.shards[shard_of(ext_id, len(self.shards))].get(ext_id)

@@ -15,7 +15,7 @@ import numpy as np
 from distilembed.errors import BusyError, UserError
 from index.filters import join_path, matches, split_path
 from index.filters import parse as parse_filter
-from index.hits import Hit, HybridHit
+from index.hits import Hit
 from index.shards import hybrid_by_sides
 from index.store import Document
 from index.vectors import plan_index
@@ -115,20 +115,7 @@ class FakeIndex:
         ranked = sorted((p for p in scored if p[0] > 0), key=lambda p: (-p[0], p[1].id))[:k]
         return [Hit(d.id, s, d.text, d.metadata) for s, d in ranked]
 
-    def search_hybrid(
-        self,
-        query_vector: np.ndarray,
-        text: str,
-        k: int = 10,
-        where: dict[str, Any] | None = None,
-        *,
-        fusion: str = "weighted",
-        weights: Sequence[float] = (1.0, 1.0),
-        candidates: int | None = None,
-        nprobe: int | None = None,
-    ) -> list[HybridHit]:
-        options = {"fusion": fusion, "weights": weights, "candidates": candidates, "nprobe": nprobe}
-        return hybrid_by_sides(self, query_vector, text, k, where, **options)
+    search_hybrid = hybrid_by_sides
 
     def vectors(self, ext_ids: Sequence[str]) -> dict[str, np.ndarray]:
         with self._lock:
