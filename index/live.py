@@ -58,6 +58,7 @@ class LiveIndex(Retraining, Browsing):
         self.rescore_k = rescore_k or int(self.manifest.get("rescore_k", DEFAULT_RESCORE_K))
         self.checkpoint_every = checkpoint_every
         self._lock = threading.RLock()
+        self._bounded = 0  # try_search calls inside the lock (changed only under it)
         self._retraining = threading.Lock()
         self._refreshing = threading.Lock()
         self._writer: IO[str] | None = writer_lock(self.dir) if writable else None
@@ -125,19 +126,26 @@ class LiveIndex(Retraining, Browsing):
             for row_s, row_i in zip(scores, ids, strict=True)
         ]
 
-    def try_search(self, query: np.ndarray, k: int, max_scanned: int) -> list[Hit] | None:
-        """One unfiltered query's top-k at the default nprobe, or None at once if a writer holds the
-        index, it would scan over ``max_scanned`` vectors, or its vectors are read from files (lists on
-        disk, a rescoring file): bounded in-memory work that an event loop may run itself instead of
-        handing it to a thread."""
+    def try_search(
+        self, queries: np.ndarray, k: int, max_scanned: int, peer_wait: float = 0.0
+    ) -> list[list[Hit]] | None:
+        """Unfiltered queries' top-k at the default nprobe, or None if another thread holds the index, a
+        query would scan over ``max_scanned`` vectors, or its vectors are read from files (lists on disk,
+        a rescoring file): bounded in-memory work that an event loop or an encoder thread may run itself
+        instead of handing it to a thread. It does not wait for a writer; ``peer_wait``: seconds it may
+        wait while another such bounded search holds the index (0: an event loop, which never waits)."""
         scanned = self.ntotal * min(1.0, self.nprobe / self.nlist) if self.nlist else self.ntotal
         if scanned > max_scanned or self.rescorer is not None or on_disk(self.index):
             return None
-        if not self._lock.acquire(blocking=False):
+        # _bounded is read unlocked: at worst this waits peer_wait for a writer that has just taken over
+        peer = peer_wait > 0 and self._bounded > 0
+        if not self._lock.acquire(blocking=False) and not (peer and self._lock.acquire(timeout=peer_wait)):
             return None
         try:
-            return self.search(np.reshape(query, (1, -1)), k)[0]
+            self._bounded += 1
+            return self.search(queries, k)
         finally:
+            self._bounded -= 1
             self._lock.release()
 
     def _dense(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from distilembed.errors import UserError
 from index import filter_sql, lexical
@@ -33,6 +34,17 @@ CREATE TABLE IF NOT EXISTS changes (
     vector BLOB
 );
 """
+
+
+def _metadata(stored: str) -> dict[str, Any]:
+    """A row's metadata: most documents have none, and orjson parses the rest ~5x faster than json
+    (a 32-query search reads 320 rows); json for what orjson refuses (NaN, integers over 64 bits)."""
+    if stored == "{}":
+        return {}
+    try:
+        return orjson.loads(stored)
+    except orjson.JSONDecodeError:
+        return json.loads(stored)
 
 
 @dataclass(frozen=True)
@@ -154,18 +166,17 @@ class DocumentStore:
 
     def get(self, ext_id: str) -> Document | None:
         rows = self._select_in("ext_id, text, metadata", "ext_id", [ext_id])
-        return Document(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
+        return Document(rows[0][0], rows[0][1], _metadata(rows[0][2])) if rows else None
 
     def get_many(self, int_ids: Sequence[int]) -> dict[int, Document]:
         rows = self._select_in("int_id, ext_id, text, metadata", "int_id", [int(i) for i in int_ids])
-        return {int(r[0]): Document(r[1], r[2], json.loads(r[3])) for r in rows}
+        return {r[0]: Document(r[1], r[2], _metadata(r[3])) for r in rows}
 
     def page(self, after: int, limit: int) -> list[tuple[int, Document]]:
         """Up to ``limit`` (int id, document) with an int id above ``after``, in int id order."""
         query = "SELECT int_id, ext_id, text, metadata FROM docs WHERE int_id > ? ORDER BY int_id LIMIT ?"
         return [
-            (int(r[0]), Document(r[1], r[2], json.loads(r[3])))
-            for r in self.db.execute(query, (after, limit))
+            (int(r[0]), Document(r[1], r[2], _metadata(r[3]))) for r in self.db.execute(query, (after, limit))
         ]
 
     def delete_logged(self, ext_ids: Sequence[str]) -> dict[str, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -55,6 +56,13 @@ class BatcherClosedError(Exception):
 class Embedded:
     vectors: np.ndarray  # (n, dim) float32, L2-normalised
     tokens: list[int]  # tokens per text after truncation, special tokens included
+    # (start, stop, what ``then`` returned for those rows' vectors), one per slice encoded
+    parts: list[tuple[int, int, object]] = field(default_factory=list)
+
+
+# Called by the worker on each slice of a request's vectors as soon as it is encoded; what it returns
+# comes back in Embedded.parts (None if it raised: the caller does that work itself).
+SliceHook = Callable[[np.ndarray], object]
 
 
 @dataclass(eq=False)
@@ -63,27 +71,39 @@ class _Request:
     future: asyncio.Future[Embedded]
     loop: asyncio.AbstractEventLoop
     enqueued: float
+    then: SliceHook | None = None
     taken: int = 0
     done: int = 0
     dead: bool = False  # cancelled or failed: its remaining texts are dropped
     vectors: np.ndarray | None = None
     tokens: list[int] = field(default_factory=list)
+    parts: list[tuple[int, int, object]] = field(default_factory=list)
 
     @property
     def remaining(self) -> int:
         return len(self.texts) - self.taken
 
-    def store(self, start: int, vectors: np.ndarray, tokens: list[int]) -> Embedded | None:
-        """Keep a slice's vectors; the request's result once it has all of them."""
+    def store(self, start: int, vectors: np.ndarray, tokens: list[int], part: object) -> Embedded | None:
+        """Keep a slice's vectors (and ``part``, what ``then`` made of them); the request's result once
+        it has all of them. Under the queue's lock: two workers may finish slices of one request at once."""
         if self.dead:
             return None
+        if self.then is not None:
+            self.parts.append((start, start + len(vectors), part))
         if self.vectors is None:
             self.vectors = np.empty((len(self.texts), vectors.shape[1]), dtype=np.float32)
             self.tokens = [0] * len(self.texts)
         self.vectors[start : start + len(vectors)] = vectors
         self.tokens[start : start + len(tokens)] = tokens
         self.done += len(vectors)
-        return Embedded(self.vectors, self.tokens) if self.done == len(self.texts) else None
+        return Embedded(self.vectors, self.tokens, self.parts) if self.done == len(self.texts) else None
+
+
+def _apply(then: SliceHook, vectors: np.ndarray) -> object:
+    try:
+        return then(vectors)
+    except Exception:  # the caller finds None and does the work itself, where its error is reported
+        return None
 
 
 def _fail(requests: list[_Request], exc: BaseException) -> None:
@@ -172,11 +192,13 @@ class Batcher:
     def retry_after(self) -> int:
         return max(1, math.ceil(self._queued / self.max_batch * self._batch_seconds))
 
-    async def embed(self, texts: Sequence[str]) -> Embedded:
+    async def embed(self, texts: Sequence[str], then: SliceHook | None = None) -> Embedded:
+        """The texts' vectors; ``then``: run by the worker on each slice's vectors the moment they are
+        encoded, on the core that encoded them, while the other workers still encode the rest."""
         if not texts:
             return Embedded(np.zeros((0, self.encoder.dim), dtype=np.float32), [])
         loop = asyncio.get_running_loop()
-        request = _Request(texts, loop.create_future(), loop, time.perf_counter())
+        request = _Request(texts, loop.create_future(), loop, time.perf_counter(), then)
         with self._cond:
             if self._closed:
                 raise BatcherClosedError("the encoder is shutting down")
@@ -302,11 +324,16 @@ class Batcher:
         self.metrics.tokenization_duration.observe(tokenized - start)
         self.metrics.inference_duration.observe(end - tokenized)
         self.metrics.batch_size.observe(len(texts))
+        bounds = list(itertools.accumulate((s.stop - s.start for s in slices), initial=0))
+        rows = [slice(lo, hi) for lo, hi in itertools.pairwise(bounds)]
+        parts = [
+            _apply(s.request.then, vectors[r]) if s.request.then and not s.request.dead else None
+            for s, r in zip(slices, rows, strict=True)
+        ]
         settled: list[tuple[_Request, Embedded | BaseException]] = []
-        offset = 0
-        for s in slices:
-            rows = slice(offset, offset + s.stop - s.start)
-            offset = rows.stop
-            if (result := s.request.store(s.start, vectors[rows], [len(i) for i in ids[rows]])) is not None:
-                settled.append((s.request, result))
+        with self._cond:
+            for s, r, part in zip(slices, rows, parts, strict=True):
+                result = s.request.store(s.start, vectors[r], [len(i) for i in ids[r]], part)
+                if result is not None:
+                    settled.append((s.request, result))
         _settle(settled)

@@ -42,26 +42,87 @@ from service.state import ServiceState, State, index_info
 read_router = APIRouter(tags=["index"])
 write_router = APIRouter(tags=["index"])
 JSON_BODY = [Depends(require_json)]
-# A lone dense query this small is answered on the event loop (_inline_search): at most this many
-# vectors scanned (IVF lists at the default nprobe, or a flat index) and k rows read, under 0.5 ms.
+# Unfiltered dense queries this small are searched by the encoder thread that encoded them, or a lone
+# one on the event loop (_plain): at most this many vectors scanned a query (IVF lists at the default
+# nprobe, or a flat index) and k rows read, under 0.5 ms a query.
 INLINE_MAX_K, INLINE_MAX_SCANNED = 100, 50_000
+# An encoder thread whose slice's search finds another slice's search holding the index waits for it
+# this long at most: bounded work, and the slices of one request finish together.
+PEER_WAIT_S = 0.02
 
 
 def _not_found(doc_id: str) -> ApiError:
     return ApiError(404, f"no document with id {doc_id!r}", "not_found")
 
 
-async def _query_vectors(body: SearchRequest, texts: list[str], state: ServiceState, dim: int) -> np.ndarray:
-    if body.vector is not None:
-        if len(body.vector) != dim:
-            raise validation(f"vector has {len(body.vector)} dimensions; the index holds {dim}-d vectors")
-        vector = np.asarray([body.vector], dtype=np.float64)
-        scale = float(np.abs(vector).max())
-        if scale == 0:
-            return vector.astype(np.float32)  # all zeros: every score is 0
-        vector /= scale  # any finite JSON number, even 1e300, normalises without overflow
-        return (vector / np.linalg.norm(vector)).astype(np.float32)
-    return (await state.embed(texts)).vectors  # every query in one batch
+def _vector(body: SearchRequest, dim: int) -> np.ndarray:
+    """The request's own query vector, normalised: any finite JSON number, even 1e300, without overflow."""
+    assert body.vector is not None
+    if len(body.vector) != dim:
+        raise validation(f"vector has {len(body.vector)} dimensions; the index holds {dim}-d vectors")
+    vector = np.asarray([body.vector], dtype=np.float64)
+    scale = float(np.abs(vector).max())
+    if scale == 0:
+        return vector.astype(np.float32)  # all zeros: every score is 0
+    vector /= scale
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def _plain(index: IndexLike, body: SearchRequest, k: int, allowed: bool) -> LiveIndex | None:
+    """The index, if this request's queries are unfiltered dense ones at the default nprobe without
+    rescoring, over a local index: bounded work that may run without a thread hand-off (decision 64)."""
+    plain = body.mode == "dense" and not body.filter and body.nprobe is None and body.rescore_k is None
+    ok = allowed and plain and isinstance(index, LiveIndex) and k <= INLINE_MAX_K
+    return index if ok and isinstance(index, LiveIndex) else None
+
+
+async def _embedded_search(
+    index: IndexLike, body: SearchRequest, texts: list[str], state: ServiceState, k: int
+) -> tuple[np.ndarray, list[list[Hit] | None]]:
+    """The queries' vectors (every query in one batch), and the hits of those whose search the encoder
+    threads ran as each slice of vectors was ready, on the core that encoded it; None for the rest."""
+    metrics, live = state.metrics, _plain(index, body, k, state.settings.inline_search)
+
+    def search_slice(vectors: np.ndarray) -> list[list[Hit]] | None:
+        start = time.perf_counter()
+        found = live.try_search(vectors, k, INLINE_MAX_SCANNED, PEER_WAIT_S) if live else None
+        if found is not None:
+            metrics.search_duration.observe(time.perf_counter() - start)
+        return found
+
+    embedded = await state.embed(texts, search_slice if live else None)
+    found: list[list[Hit] | None] = [None] * len(texts)
+    for start, stop, part in embedded.parts:
+        if isinstance(part, list):
+            found[start:stop] = part
+    return embedded.vectors, found
+
+
+async def _search_rest(
+    state: ServiceState,
+    body: SearchRequest,
+    *,
+    texts: list[str],
+    vectors: np.ndarray | None,
+    found: list[list[Hit] | None],
+    k: int,
+) -> list[list[Hit]]:
+    """``found`` completed: the queries without hits yet searched on the event loop (a lone one, when
+    it can answer at once) or in the thread pool."""
+    missing = [i for i, hits in enumerate(found) if hits is None]
+    if not missing:
+        return [hits for hits in found if hits is not None]
+    start, index = time.perf_counter(), state.require_index()
+    rest = None if vectors is None else vectors[missing]
+    live = _plain(index, body, k, state.settings.inline_search) if len(missing) == 1 else None
+    got = live.try_search(rest, k, INLINE_MAX_SCANNED) if live and rest is not None else None
+    if got is None:
+        subset = [texts[i] for i in missing] if texts else []
+        got = await run_in_threadpool(_run_search, index, body, subset, rest, k)
+    state.metrics.search_duration.observe(time.perf_counter() - start)
+    for i, hits in zip(missing, got, strict=True):
+        found[i] = hits
+    return [hits for hits in found if hits is not None]
 
 
 def _run_search(
@@ -78,21 +139,6 @@ def _run_search(
         list(index.search_hybrid(v, t, k, where, fusion=body.fusion, weights=weights, nprobe=body.nprobe))
         for v, t in zip(vectors, texts, strict=True)
     ]
-
-
-def _inline_search(
-    index: IndexLike, body: SearchRequest, vectors: np.ndarray | None, k: int, allowed: bool
-) -> list[list[Hit]] | None:
-    """A lone dense query without a filter, nprobe or rescoring, on a local index the moment no writer
-    holds it: answered on the event loop, which costs less than the hand-off to a thread and back (decision
-    64). None: the request takes the thread pool."""
-    plain = body.mode == "dense" and not body.filter and body.nprobe is None and body.rescore_k is None
-    if not (allowed and plain and isinstance(index, LiveIndex) and vectors is not None and len(vectors) == 1):
-        return None
-    if k > INLINE_MAX_K:
-        return None
-    hits = index.try_search(vectors[0], k, INLINE_MAX_SCANNED)
-    return None if hits is None else [hits]
 
 
 def _result(hit: Hit, shown: frozenset[str], vectors: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -124,14 +170,16 @@ async def search_content(body: SearchRequest, state: ServiceState, scope: Scope)
         )
     texts = [] if body.vector is not None else body.queries or [body.query or ""]
     texts = state.check_texts(texts, body.truncate)
-    vectors = None if body.mode == "lexical" else await _query_vectors(body, texts, state, index.dim)
-    start = time.perf_counter()
-    found = _inline_search(index, body, vectors, body.offset + top_k, limits.inline_search)
-    if found is None:
-        found = await run_in_threadpool(_run_search, index, body, texts, vectors, body.offset + top_k)
-    state.metrics.search_duration.observe(time.perf_counter() - start)
+    k = body.offset + top_k
+    vectors: np.ndarray | None = None
+    found: list[list[Hit] | None] = [None] * max(1, len(texts))
+    if body.vector is not None:
+        vectors = _vector(body, index.dim)
+    elif body.mode != "lexical":
+        vectors, found = await _embedded_search(index, body, texts, state, k)
+    hits = await _search_rest(state, body, texts=texts, vectors=vectors, found=found, k=k)
     floor = body.score_threshold
-    pages = [[h for h in hits[body.offset :] if floor is None or h.score >= floor] for hits in found]
+    pages = [[h for h in row[body.offset :] if floor is None or h.score >= floor] for row in hits]
     wanted = body.returned()
     stored = {}
     if "vector" in wanted:

@@ -50,8 +50,9 @@ class Settings(BaseSettings):
     max_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits to fill under concurrent load.")
     inline_search: bool = Field(
         True,
-        description="Answer a lone unfiltered dense /search on the event loop when the in-memory index is "
-        "free, without a thread hand-off; turn it off when the document store is on slow or network storage.",
+        description="Search unfiltered dense /search queries without a thread hand-off when the in-memory "
+        "index is free: by the encoder thread that encoded them, or a lone query vector on the event loop; "
+        "turn it off when the document store is on slow or network storage.",
     )
     max_payload_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="Largest request body; more = 413.")
     # A document's metadata (service/metadata.py); each limit broken is a 422 naming the place.

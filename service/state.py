@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from index.searcher import IndexLike
-from service.batcher import Batcher, BatcherClosedError, Embedded, EncoderLike, QueueFullError
+from service.batcher import Batcher, BatcherClosedError, Embedded, EncoderLike, QueueFullError, SliceHook
 from service.errors import ApiError, payload_too_large
 from service.middleware import Metrics
 from service.schemas import IndexInfo
@@ -55,10 +55,10 @@ class ServiceState:
                 )
         return texts
 
-    async def embed(self, texts: Sequence[str]) -> Embedded:
+    async def embed(self, texts: Sequence[str], then: SliceHook | None = None) -> Embedded:
         _, batcher = self.require_encoder()
         try:
-            return await batcher.embed(texts)
+            return await batcher.embed(texts, then)
         except QueueFullError as exc:
             retry = {"Retry-After": str(exc.retry_after)}
             raise ApiError(429, "too many texts waiting; retry later", "overloaded", retry) from exc

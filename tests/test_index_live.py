@@ -179,12 +179,12 @@ def test_refusals(tmp_path) -> None:
 
 
 def test_try_search_answers_now_or_not_at_all(tmp_path) -> None:
-    """The event loop's search: the same hits as ``search``; None while another thread holds the index
-    or when it would scan more vectors than allowed."""
+    """The search the event loop and the encoder threads run: the same hits as ``search``; None while
+    another thread holds the index or when it would scan more vectors than allowed."""
     make_index(tmp_path / "idx", nlist=32)
     live = LiveIndex(tmp_path / "idx")
-    query = unit(3)[0]
-    assert live.try_search(query, 7, max_scanned=10_000) == live.search(query[None, :], 7)[0]
+    query = unit(3)  # one row
+    assert live.try_search(query, 7, max_scanned=10_000) == live.search(query, 7)
     assert live.try_search(query, 7, max_scanned=3000 * 5 // 32 - 1) is None  # 5 of 32 lists
     held, release = threading.Event(), threading.Event()
 
@@ -201,5 +201,37 @@ def test_try_search_answers_now_or_not_at_all(tmp_path) -> None:
     finally:
         release.set()
         thread.join()
-    assert live.try_search(query, 7, max_scanned=10_000) is not None
+    several = unit(4, n=3)
+    assert live.try_search(several, 7, max_scanned=10_000) == live.search(several, 7)
+    live.close()
+
+
+def test_try_search_waits_for_another_bounded_search_but_never_for_a_writer(tmp_path) -> None:
+    make_index(tmp_path / "idx", nlist=32)
+    live = LiveIndex(tmp_path / "idx")
+    query = unit(5)
+    held, release = threading.Event(), threading.Event()
+
+    def holder(bounded: bool) -> None:
+        with live._lock:
+            live._bounded += bounded  # as try_search marks its own hold
+            held.set()
+            release.wait()
+            live._bounded -= bounded
+
+    for bounded in (False, True):
+        held.clear()
+        release.clear()
+        thread = threading.Thread(target=holder, args=(bounded,))
+        thread.start()
+        held.wait()
+        timer = threading.Timer(0.05, release.set)  # frees the index while try_search may wait 30 s
+        timer.start()
+        try:
+            found = live.try_search(query, 7, max_scanned=10_000, peer_wait=30.0)
+        finally:
+            release.set()
+            thread.join()
+            timer.cancel()
+        assert found == (live.search(query, 7) if bounded else None)
     live.close()

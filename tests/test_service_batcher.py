@@ -327,6 +327,37 @@ def test_two_workers_share_one_large_request():
     assert sorted(calls) == [4, 4]  # each worker took half the queue, at the same time (the barrier)
 
 
+def test_a_slice_hook_runs_on_the_encoder_thread_of_each_slice_and_its_results_come_back():
+    texts = [f"text {i}" for i in range(8)]
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def hook(vectors: np.ndarray) -> object:
+        with lock:
+            seen.append((threading.current_thread().name, len(vectors)))
+            second = len(seen) == 2
+        if second:
+            raise ValueError("the second slice's hook fails")
+        return float(vectors.sum())
+
+    async def main() -> object:
+        batcher = Batcher(Overlapping(), max_batch=8, max_wait_ms=0, workers=2)
+        batcher.start()
+        result = await batcher.embed(texts, then=hook)
+        await batcher.aclose()
+        return result
+
+    result = asyncio.run(main())
+    check(result, texts)
+    assert sorted(name for name, _ in seen) == ["distilembed-encoder-0", "distilembed-encoder-1"]
+    parts = sorted(result.parts, key=lambda part: part[0])
+    assert [(lo, hi) for lo, hi, _ in parts] == [(0, 4), (4, 8)]  # one part a slice, each encoded once
+    values = [value for _, _, value in parts]
+    assert values.count(None) == 1  # the failing hook's slice: the caller does that work itself
+    lo, hi, value = next(part for part in parts if part[2] is not None)
+    assert value == pytest.approx(float(result.vectors[lo:hi].sum()))
+
+
 def test_with_many_requests_waiting_a_free_worker_leaves_a_busy_one_its_share():
     loop = asyncio.new_event_loop()
 

@@ -279,7 +279,7 @@ def test_lexical_on_a_live_index_without_the_table(make_client: Any, tmp_path: P
     assert str(tmp_path) not in says
 
 
-def test_a_lone_dense_query_skips_the_thread_pool_and_answers_alike(
+def test_plain_dense_queries_skip_the_thread_pool_and_answer_alike(
     live: TestClient, make_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import service.routes_index as routes
@@ -293,7 +293,9 @@ def test_a_lone_dense_query_skips_the_thread_pool_and_answers_alike(
 
     monkeypatch.setattr(routes, "run_in_threadpool", counting)
     inline = search(live, query="alpha3 beta3", top_k=5)["results"]
-    assert handed == []  # answered on the event loop
+    batches = search(live, queries=["alpha3 beta3", "gamma1", "alpha2 delta"], top_k=5)["batches"]
+    assert handed == []  # searched by the encoder threads as they encoded the queries
+    assert ids(batches[0]["results"]) == ids(inline)
     everything = {"n": {"$in": [0, 1, 2]}}  # a filter every document passes: the thread pool
     threaded = search(live, query="alpha3 beta3", top_k=5, filter=everything)["results"]
     assert handed == ["_run_search"] and ids(threaded) == ids(inline)
