@@ -17,7 +17,7 @@ import re
 import sqlite3
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from distilembed.errors import first_line
 
@@ -88,29 +88,44 @@ def match_query(terms: Sequence[str]) -> str | None:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms) or None
 
 
+class TermCount(NamedTuple):
+    documents: int  # documents holding the term, counted up to a cap
+    exact: bool  # False: at least ``documents`` (the cap was reached)
+
+
 def document_frequencies(
-    db: sqlite3.Connection, terms: Sequence[str], cache: dict[str, int], cap: int
+    db: sqlite3.Connection, terms: Sequence[str], cache: dict[str, TermCount], cap: int
 ) -> dict[str, int]:
-    """Documents holding each term, counted up to ``cap`` (a stopword's count would read its whole
-    posting list); ``cache`` keeps them. A planning figure: it may lag writes."""
+    """Documents holding each term, counted up to ``cap`` (``cap``: at least that many; a stopword's
+    full count would read its whole posting list); ``cache`` keeps them. A planning figure: it may lag
+    writes."""
     if len(cache) + len(terms) > DF_CACHE_SIZE:
         cache.clear()
     count = f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE {TABLE} MATCH ? LIMIT ?)"
+    found = {}
     for term in terms:
-        if term not in cache:
-            cache[term] = int(db.execute(count, (match_query([term]), cap)).fetchone()[0])
-    return {t: cache[t] for t in terms}
+        known = cache.get(term)
+        if known is None or (not known.exact and known.documents < cap):
+            documents = int(db.execute(count, (match_query([term]), cap)).fetchone()[0])
+            known = cache[term] = TermCount(documents, documents < cap)
+        found[term] = min(known.documents, cap)
+    return found
 
 
 def plan(
-    db: sqlite3.Connection, text: str, cache: dict[str, int], budget: int = POSTINGS_BUDGET
+    db: sqlite3.Connection, text: str, cache: dict[str, TermCount], budget: int = POSTINGS_BUDGET
 ) -> list[str]:
     """The terms of ``text`` to search: the rarest first while their documents add up to ``budget``
     (the rarest one always), none in more than ``STOPWORD_SHARE`` of the documents (and ``budget``:
     a small index has no stopwords)."""
     documents = db.execute("SELECT max(int_id) FROM docs").fetchone()[0] or 0
     common = int(max(STOPWORD_SHARE * documents, budget))
-    counts = document_frequencies(db, query_terms(text), cache, common + 1)
+    terms = query_terms(text)
+    # Counted up to the budget first: once a term within it is kept, no term over it can join, so
+    # those need no exact count (at 1M documents a count up to 5% read up to 50,000 postings a term).
+    counts = document_frequencies(db, terms, cache, budget + 1)
+    if not any(0 < n <= budget for n in counts.values()):  # the rarest is over the budget: which one?
+        counts = document_frequencies(db, terms, cache, common + 1)
     kept: list[str] = []
     total = 0
     for term in sorted((t for t, n in counts.items() if 0 < n <= common), key=lambda t: counts[t]):
@@ -128,7 +143,7 @@ def search(
     where_sql: str | None = None,
     params: Sequence[Any] = (),
     *,
-    cache: dict[str, int] | None = None,
+    cache: dict[str, TermCount] | None = None,
 ) -> list[tuple[int, float]]:
     """The top-k (int id, BM25 score over the planned terms, higher is better) for ``text``, ties by
     id; ``where_sql``: a condition on each matching ``docs`` row (index/filter_sql.py, per row) with

@@ -101,7 +101,7 @@ class DocumentStore:
         filter_sql.install(self.db)
         self._commits = 0  # this connection's commits: with data_version, what a cached match set saw
         self.matches = MatchCache()
-        self._term_counts: dict[str, int] = {}  # documents per lexical term, for query planning
+        self._term_counts: dict[str, lexical.TermCount] = {}  # documents per lexical term, for planning
         if readonly:
             self.db.execute("PRAGMA query_only=ON")
 

@@ -319,6 +319,44 @@ def test_build_keeps_the_lexical_index_by_default(tiny_bundle, tmp_path) -> None
     assert empty["lexical"] is False and not LiveIndex(tmp_path / "empty", writable=False).lexical
 
 
+def test_plan_with_counts_cut_at_the_budget_plans_as_exact_counts_would(tmp_path) -> None:
+    store = DocumentStore(tmp_path / STORE_FILE)
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(30)]  # w0 in about every document, w29 in a handful
+    store.upsert(
+        [
+            Document(f"d{n}", " ".join(w for i, w in enumerate(words) if rng.random() < 0.9**i))
+            for n in range(400)
+        ]
+    )
+    store.enable_lexical()
+    exact = {
+        w: int(
+            store.db.execute(
+                f"SELECT count(*) FROM {lexical.TABLE} WHERE {lexical.TABLE} MATCH ?", (f'"{w}"',)
+            ).fetchone()[0]
+        )
+        for w in words
+    }
+
+    def reference(text: str, budget: int) -> list[str]:  # the plan from full counts
+        common = max(0.05 * 400, budget)
+        kept: list[str] = []
+        for term in sorted(
+            (t for t in lexical.query_terms(text) if 0 < exact.get(t, 0) <= common), key=lambda t: exact[t]
+        ):
+            if kept and sum(exact[t] for t in kept) + exact[term] > budget:
+                break
+            kept.append(term)
+        return kept
+
+    shared: dict[str, lexical.TermCount] = {}
+    for _ in range(200):
+        text, budget = " ".join(rng.sample([*words, "absent"], rng.randint(1, 6))), rng.choice([4, 16, 64])
+        assert lexical.plan(store.db, text, shared, budget) == reference(text, budget)
+        assert lexical.plan(store.db, text, {}, budget) == reference(text, budget)
+
+
 def test_plan_keeps_the_rarest_terms_within_the_budget_and_drops_stopwords(tmp_path) -> None:
     store = DocumentStore(tmp_path / STORE_FILE)
     docs = [
@@ -327,9 +365,13 @@ def test_plan_keeps_the_rarest_terms_within_the_budget_and_drops_stopwords(tmp_p
     ]
     store.upsert(docs)
     store.enable_lexical()
-    counts: dict[str, int] = {}
+    counts: dict[str, lexical.TermCount] = {}
     # the: 200 documents, over 5% of 200 and over the budget of 4: a stopword; zebra 1, sat 3, cat 200
     assert lexical.plan(store.db, "The zebra sat; the cat", counts, budget=4) == ["zebra", "sat"]
+    # zebra is kept: terms over the budget can no longer join, so they were counted only that far
+    assert counts["the"] == lexical.TermCount(5, exact=False) and counts["sat"] == lexical.TermCount(3, True)
     assert lexical.plan(store.db, "the cat", counts, budget=4) == []  # only stopwords: nothing to search
-    assert counts["the"] == 11  # counted up to max(5% of 200, 4) + 1, not through its whole posting list
+    # every term over the budget: counted up to max(5% of 200, 4) + 1, not through the posting list
+    assert counts["the"] == lexical.TermCount(11, exact=False)
+    assert lexical.plan(store.db, "the cat sat", counts, budget=4) == ["sat"]
     assert store.lexical_search("the zebra", 5)[0][0] == 8  # a small index keeps "the", ranked below zebra
