@@ -1,11 +1,10 @@
 """``distilembed serve`` on a free 127.0.0.1 port, measured over HTTP, every phase bounded by
 --requests and --duration (default 20 s). Block ``serve``: one-sentence /v1/embeddings at each
 --concurrency (1, 8, 32), req/s and p50/p99; 16-sentence requests at concurrency 32 against the
-in-process encoder on the same texts; /search at concurrency 8 (with --index); with --infinity,
-infinity-emb serving all-MiniLM-L6-v2 ONNX int8 against this server, one sentence per request at
-concurrency 8 in --peer-rounds alternating rounds (median ratio; skipped when it is not installed);
-/search against embeds at concurrency 8, and 32 queries a request against one, in as many alternating
-pairs.
+in-process encoder on the same texts; with --infinity, infinity-emb serving all-MiniLM-L6-v2 ONNX int8
+against this server (skipped when not installed). In --peer-rounds back-to-back pairs whose order
+alternates (median ratio): concurrency 32 against the in-process encoder, infinity against this server
+at concurrency 8, and with --index, /search against embeds at 8 and 32 queries a request against one.
 Block ``serve-load`` (--load): --duration s (default 120) at concurrency 32 of embed, search and
 upsert on a copy of --index, its 5xx and RSS; then kill -9, a restart, and every document it held
 looked up again. Blocks: bench/harness.py (--no-doc, --render-from); JSON to --json (default
@@ -23,6 +22,7 @@ setup infinity documents for CPU) is made in infinity's own environment, which l
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import random
@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,8 @@ import http_load as hl  # noqa: E402
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
+Runners = dict[str, Callable[[], dict[str, Any]]]  # name: one measurement, its texts/s as items_per_s
+
 
 def run_phase(base: str, make: hl.MakeRequest, c: int, args: argparse.Namespace, items: int = 1) -> h.Result:
     """``c`` clients of ``make``'s requests (``items`` texts each), by --client, for --duration s."""
@@ -76,6 +79,12 @@ def run_phase(base: str, make: hl.MakeRequest, c: int, args: argparse.Namespace,
         assert {(m, p) for m, p, _ in requests} == {("POST", requests[0][1])}, "wrk phases: one POST route"
         return hl.wrk(base, requests[0][1], [body or {} for _, _, body in requests], c, args.duration, items)
     return hl.load(base, make, c, args.requests, args.duration).summary(items)
+
+
+def seconds(call: Callable[..., object], *args: Any, **kwargs: Any) -> float:
+    start = time.perf_counter()
+    call(*args, **kwargs)
+    return time.perf_counter() - start
 
 
 def server_flags(args: argparse.Namespace, index: Path | None) -> list[str]:
@@ -91,19 +100,23 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
     texts = sentences[: min(len(sentences), args.requests * 16)]
     encoder = Encoder(args.bundle, variant=args.variant, threads=args.threads)
     encoder.encode(texts[:64])  # warm-up
-    start = time.perf_counter()
-    encoder.encode(texts, batch_size=args.run_batch)
-    results["in_process_sent_per_s"] = round(len(texts) / (time.perf_counter() - start), 1)
-    alone = []
-    for text in sentences[:300]:
-        start = time.perf_counter()
-        encoder.encode([text])
-        alone.append(time.perf_counter() - start)
+
+    def in_process() -> dict[str, float]:
+        return {"items_per_s": round(len(texts) / seconds(encoder.encode, texts, args.run_batch), 1)}
+
+    results["in_process_sent_per_s"] = in_process()["items_per_s"]
+    alone = [seconds(encoder.encode, [text]) for text in sentences[:300]]
     results["in_process_batch1_p50_ms"] = round(1000 * float(np.median(alone)), 2)
-    del encoder
     with hl.serving(args.bundle, server_flags(args, args.index), args.log_dir / "serve.log") as (base, _):
         for c in args.concurrency:
-            results[f"embed_1_sentence_c{c}"] = run_phase(base, hl.one_each("embed", sentences), c, args)
+            if c != 32:  # 32: in pairs with the in-process encoder, below
+                results[f"embed_1_sentence_c{c}"] = run_phase(base, hl.one_each("embed", sentences), c, args)
+        if 32 in args.concurrency:
+            pair = phases(base, {"c32": (hl.one_each("embed", sentences), 32, 1)}, args)
+            median, results["c32_vs_in_process"] = alternating(
+                pair | {"encoder": in_process}, "c32", "encoder", args
+            )
+            results["embed_1_sentence_c32"] = median["c32"]
 
         def batch16(i: int) -> tuple[str, hl.Request]:
             lo = (i * 16) % max(1, len(texts) - 16)
@@ -119,11 +132,13 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
                 return "search32", ("POST", "/search", {"queries": texts[lo : lo + 32], "top_k": 10})
 
             search1 = hl.one_each("search", sentences)
-            at_8 = {"embed": (hl.one_each("embed", sentences), 8, 1), "search": (search1, 8, 1)}
-            median, results["search_vs_embed_c8"] = alternating(base, at_8, "search", "embed", args)
+            at_8 = phases(
+                base, {"embed": (hl.one_each("embed", sentences), 8, 1), "search": (search1, 8, 1)}, args
+            )
+            median, results["search_vs_embed_c8"] = alternating(at_8, "search", "embed", args)
             results["search_c8"] = median["search"]
-            singles = {"search": (search1, 1, 1), "search32": (search32, 1, 32)}
-            median, results["search32_vs_search_c1"] = alternating(base, singles, "search32", "search", args)
+            singles = phases(base, {"search": (search1, 1, 1), "search32": (search32, 1, 32)}, args)
+            median, results["search32_vs_search_c1"] = alternating(singles, "search32", "search", args)
             results["search_c1"], results["search_32_queries_c1"] = median["search"], median["search32"]
         if args.infinity:
             results["infinity"] = infinity(args, sentences, base)
@@ -219,20 +234,22 @@ def block_name(results: dict[str, Any]) -> str:
     return "serve-load" if results["meta"]["mode"] == "load" else "serve"
 
 
-def alternating(
-    base: str,
-    phases: dict[str, tuple[hl.MakeRequest, int, int]],
-    top: str,
-    bottom: str,
-    args: argparse.Namespace,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Two phases (name: requests, concurrency, texts a request) back to back in ``--peer-rounds``
+def phases(base: str, spec: dict[str, tuple[hl.MakeRequest, int, int]], args: argparse.Namespace) -> Runners:
+    """Server phases (name: requests, concurrency, texts a request) as ``alternating`` runs them."""
+    return {
+        name: functools.partial(run_phase, base, *phase[:2], args, items=phase[2])
+        for name, phase in spec.items()
+    }
+
+
+def alternating(runners: Runners, top: str, bottom: str, args: argparse.Namespace) -> tuple[dict, dict]:
+    """Two measurements (server phases, or the in-process encoder) back to back in ``--peer-rounds``
     rounds whose order alternates, so they are compared at the same moment of the machine, not a
     minute apart: the round of the median ratio of ``top``'s texts/s to ``bottom``'s, and the ratios."""
     rounds = []
     for r in range(args.peer_rounds):
-        order = list(phases) if r % 2 == 0 else list(reversed(phases))
-        done = {name: run_phase(base, *phases[name][:2], args, items=phases[name][2]) for name in order}
+        order = list(runners) if r % 2 == 0 else list(reversed(runners))
+        done = {name: runners[name]() for name in order}
         rounds.append(done | {"ratio": round(done[top]["items_per_s"] / done[bottom]["items_per_s"], 3)})
     median = sorted(rounds, key=lambda x: x["ratio"])[len(rounds) // 2]
     return median, {"ratios": [x["ratio"] for x in rounds], "median": median["ratio"]}
@@ -261,6 +278,8 @@ def render(results: dict[str, Any]) -> str:
             )
             if key == "search_c8" and "search_vs_embed_c8" in results:  # the paired rounds' median
                 ratio = results["search_vs_embed_c8"]["median"]
+            if key == "embed_1_sentence_c32" and "c32_vs_in_process" in results:  # paired the same way
+                ratio = results["c32_vs_in_process"]["median"]
             if key == "search_c1":  # against one-sentence embeds at the same concurrency
                 ratio = p["rps"] / results["embed_1_sentence_c1"]["rps"]
             if key == "search_32_queries_c1":  # queries/s against one query a request, paired
@@ -279,11 +298,10 @@ def render(results: dict[str, Any]) -> str:
     )
     text += (
         "\n\n*of in-process*: sentences/s against the in-process encoder (length-sorted runs of run_batch, "
-        "all threads); for /search, its req/s against one-sentence embeds at the same concurrency (at 8: "
-        "the median of --peer-rounds back-to-back pairs, order alternating); for 32 "
-        "queries a request, its queries/s against one query a request (paired the same way). The "
-        "in-process p50 is one "
-        "sentence at a time."
+        "all threads; at concurrency 32 the median of --peer-rounds back-to-back pairs with it, order "
+        "alternating); for /search, its req/s against one-sentence embeds at the same concurrency (at 8: "
+        "paired the same way); for 32 queries a request, its queries/s against one query a request (paired "
+        "too). The in-process p50 is one sentence at a time."
     )
     if "rounds" in peer:
         theirs = ", ".join(h.fmt(r["infinity"]["rps"]) for r in peer["rounds"])
@@ -341,17 +359,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--infinity-model", default="sentence-transformers/all-MiniLM-L6-v2")
     add("--infinity-exe", help="infinity_emb CLI (e.g. from its own virtual environment)")
     add("--infinity-engine", default="optimum", help="optimum (ONNX) or torch")
-    add("--peer-rounds", type=int, default=3, help="alternating c8 rounds of this server and infinity")
+    add("--peer-rounds", type=int, default=3, help="alternating rounds of each paired comparison")
     add("--sts-file", type=Path, default=hl.STS_TEST)
     add("--json", type=Path, help="results JSON (default docs/results/serve-NAME[-load].json)")
     h.add_doc_args(parser)
     return parser.parse_args(argv)
-
-
-def json_path(args: argparse.Namespace) -> Path | None:
-    """Where the results JSON goes: --json, else (unless --no-doc) docs/results/serve-NAME[-load].json."""
-    name = args.name or args.bundle.resolve().name
-    return hl.json_out(args, h.RESULTS / f"serve-{name}{'-load' if args.load else ''}.json")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -377,7 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     (mixed_load if args.load else standard)(args, sentences, results)
     results["run"] = h.run_info("bench/serve.py", argv)
     print(f"server logs in {args.log_dir}")
-    hl.save(args, results, json_path(args), block_name(results), render)
+    name = f"serve-{args.name or args.bundle.resolve().name}{'-load' if args.load else ''}.json"
+    hl.save(args, results, hl.json_out(args, h.RESULTS / name), block_name(results), render)
     return None
 
 

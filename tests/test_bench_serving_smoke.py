@@ -68,18 +68,20 @@ def sts(tiny_data: Path) -> str:
 
 def test_serve_measures_every_phase_and_renders_its_block(tmp_path, doc, index, sts) -> None:
     before, out = repo_outputs(), tmp_path / "serve.json"
-    sizes = ["--requests", "20", "--duration", "1", "--concurrency", "1,4", "--sts-file", sts]
+    sizes = ["--requests", "20", "--duration", "1", "--concurrency", "1,32", "--sts-file", sts]
     serve.main(["--bundle", BUNDLE, "--index", str(index), *sizes, "--no-doc", "--json", str(out)])
     result = json.loads(out.read_text())
-    phases = ["embed_1_sentence_c1", "embed_1_sentence_c4", "embed_16_sentences_c32", "search_c8"]
+    phases = ["embed_1_sentence_c1", "embed_1_sentence_c32", "embed_16_sentences_c32", "search_c8"]
     assert all(result[p]["ok"] > 0 and set(result[p]["statuses"]) == {"200"} for p in phases)
     assert result["in_process_sent_per_s"] > 0 and result["run"]["command"].startswith("python bench/serve.")
     paired = result["search_vs_embed_c8"]  # /search and embed back to back, order alternating
     assert len(paired["ratios"]) == 3 and paired["median"] == sorted(paired["ratios"])[1] > 0
     assert len(result["search32_vs_search_c1"]["ratios"]) == 3
+    against_encoder = result["c32_vs_in_process"]  # concurrency 32 and the in-process encoder, paired
+    assert len(against_encoder["ratios"]) == 3 and against_encoder["median"] > 0
     serve.main(["--render-from", str(out), "--doc", str(doc)])
     rendered = block(doc, "serve")
-    assert "| 1 sentence, concurrency 4 |" in rendered and "| /search, concurrency 8 |" in rendered
+    assert "| 1 sentence, concurrency 32 |" in rendered and "| /search, concurrency 8 |" in rendered
     assert repo_outputs() == before
 
 
