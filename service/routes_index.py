@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
@@ -72,16 +72,17 @@ def _plain(index: IndexLike, body: SearchRequest, k: int, allowed: bool) -> Live
     """The index, if this request's queries are unfiltered dense ones at the default nprobe without
     rescoring, over a local index: bounded work that may run without a thread hand-off (decision 64)."""
     plain = body.mode == "dense" and not body.filter and body.nprobe is None and body.rescore_k is None
-    ok = allowed and plain and isinstance(index, LiveIndex) and k <= INLINE_MAX_K
-    return index if ok and isinstance(index, LiveIndex) else None
+    if allowed and plain and k <= INLINE_MAX_K and isinstance(index, LiveIndex):
+        return index
+    return None
 
 
 async def _embedded_search(
-    index: IndexLike, body: SearchRequest, texts: list[str], state: ServiceState, k: int
+    live: LiveIndex | None, texts: list[str], state: ServiceState, k: int
 ) -> tuple[np.ndarray, list[list[Hit] | None]]:
     """The queries' vectors (every query in one batch), and the hits of those whose search the encoder
     threads ran as each slice of vectors was ready, on the core that encoded it; None for the rest."""
-    metrics, live = state.metrics, _plain(index, body, k, state.settings.inline_search)
+    metrics = state.metrics
 
     def search_slice(vectors: np.ndarray) -> list[list[Hit]] | None:
         start = time.perf_counter()
@@ -101,6 +102,7 @@ async def _embedded_search(
 async def _search_rest(
     state: ServiceState,
     body: SearchRequest,
+    live: LiveIndex | None,
     *,
     texts: list[str],
     vectors: np.ndarray | None,
@@ -108,21 +110,22 @@ async def _search_rest(
     k: int,
 ) -> list[list[Hit]]:
     """``found`` completed: the queries without hits yet searched on the event loop (a lone one, when
-    it can answer at once) or in the thread pool."""
-    missing = [i for i, hits in enumerate(found) if hits is None]
-    if not missing:
-        return [hits for hits in found if hits is not None]
-    start, index = time.perf_counter(), state.require_index()
-    rest = None if vectors is None else vectors[missing]
-    live = _plain(index, body, k, state.settings.inline_search) if len(missing) == 1 else None
-    got = live.try_search(rest, k, INLINE_MAX_SCANNED) if live and rest is not None else None
-    if got is None:
-        subset = [texts[i] for i in missing] if texts else []
-        got = await run_in_threadpool(_run_search, index, body, subset, rest, k)
-    state.metrics.search_duration.observe(time.perf_counter() - start)
-    for i, hits in zip(missing, got, strict=True):
-        found[i] = hits
-    return [hits for hits in found if hits is not None]
+    ``live`` can answer at once) or in the thread pool."""
+    if missing := [i for i, hits in enumerate(found) if hits is None]:
+        start = time.perf_counter()
+        rest = None if vectors is None else vectors[missing]
+        got = (
+            live.try_search(rest, k, INLINE_MAX_SCANNED)
+            if live and rest is not None and len(missing) == 1
+            else None
+        )
+        if got is None:
+            subset = [texts[i] for i in missing] if texts else []
+            got = await run_in_threadpool(_run_search, state.require_index(), body, subset, rest, k)
+        state.metrics.search_duration.observe(time.perf_counter() - start)
+        for i, hits in zip(missing, got, strict=True):
+            found[i] = hits
+    return cast("list[list[Hit]]", found)
 
 
 def _run_search(
@@ -173,11 +176,12 @@ async def search_content(body: SearchRequest, state: ServiceState, scope: Scope)
     k = body.offset + top_k
     vectors: np.ndarray | None = None
     found: list[list[Hit] | None] = [None] * max(1, len(texts))
+    live = _plain(index, body, k, limits.inline_search)
     if body.vector is not None:
         vectors = _vector(body, index.dim)
     elif body.mode != "lexical":
-        vectors, found = await _embedded_search(index, body, texts, state, k)
-    hits = await _search_rest(state, body, texts=texts, vectors=vectors, found=found, k=k)
+        vectors, found = await _embedded_search(live, texts, state, k)
+    hits = await _search_rest(state, body, live, texts=texts, vectors=vectors, found=found, k=k)
     floor = body.score_threshold
     pages = [[h for h in row[body.offset :] if floor is None or h.score >= floor] for row in hits]
     wanted = body.returned()
