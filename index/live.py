@@ -119,11 +119,11 @@ class LiveIndex(Retraining, Browsing):
             docs = self.store.get_many([int(i) for i in ids.ravel() if i >= 0])
         return [
             [
-                Hit(docs[i].id, float(s), docs[i].text, docs[i].metadata)
+                Hit(d.id, s, d.text, d.metadata)
                 for s, i in zip(row_s, row_i, strict=True)
-                if i >= 0 and i in docs
+                if (d := docs.get(i)) is not None
             ]
-            for row_s, row_i in zip(scores, ids, strict=True)
+            for row_s, row_i in zip(scores.tolist(), ids.tolist(), strict=True)
         ]
 
     def try_search(
