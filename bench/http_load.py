@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import socket
@@ -135,6 +136,27 @@ def serving(
     base = f"http://127.0.0.1:{port}"
     with server(cmd, f"{base}/ready", log, env=env) as proc:
         yield base, proc
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) each thread of process ``pid`` has used so far, by thread id."""
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended since the listing
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def cpu_per_request(pid: int, before: dict[int, float], requests: int) -> dict[str, float]:
+    """Core-milliseconds of process ``pid`` a request since ``before`` (its ``thread_cpu``): all of
+    its threads, and its main thread alone (the server's event loop)."""
+    after, n = thread_cpu(pid), max(requests, 1)
+    used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    return {
+        "server_core_ms": round(1000 * sum(used.values()) / n, 3),
+        "loop_core_ms": round(1000 * used.get(pid, 0.0) / n, 3),
+    }
 
 
 def percentile(ms: Sequence[float], q: float, digits: int = 2) -> float | None:

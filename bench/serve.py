@@ -66,17 +66,26 @@ import harness as h  # noqa: E402
 import http_load as hl  # noqa: E402
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
+from serve_tables import render  # noqa: E402
 
 Runners = dict[str, Callable[[], dict[str, Any]]]  # name: one measurement, its texts/s as items_per_s
 
 
-def run_phase(base: str, make: hl.MakeRequest, c: int, args: argparse.Namespace, items: int = 1) -> h.Result:
-    """``c`` clients of ``make``'s requests (``items`` texts each), by --client, for --duration s."""
+def run_phase(
+    base: str, make: hl.MakeRequest, c: int, args: argparse.Namespace, items: int = 1, pid: int | None = None
+) -> h.Result:
+    """``c`` clients of ``make``'s requests (``items`` texts each), by --client, for --duration s; with
+    the server's ``pid``, also its CPU a request (all threads, and the event loop's)."""
+    before = hl.thread_cpu(pid) if pid else {}
     if args.client == "wrk":  # the same bodies, replayed by wrk
         requests = [make(i)[1] for i in range(min(args.requests, 2000))]
         assert {(m, p) for m, p, _ in requests} == {("POST", requests[0][1])}, "wrk phases: one POST route"
-        return hl.wrk(base, requests[0][1], [body or {} for _, _, body in requests], c, args.duration, items)
-    return hl.load(base, make, c, args.requests, args.duration).summary(items)
+        result = hl.wrk(
+            base, requests[0][1], [body or {} for _, _, body in requests], c, args.duration, items
+        )
+    else:
+        result = hl.load(base, make, c, args.requests, args.duration).summary(items)
+    return result | (hl.cpu_per_request(pid, before, result["requests"]) if pid else {})
 
 
 def seconds(call: Callable[..., object], *args: Any, **kwargs: Any) -> float:
@@ -100,17 +109,25 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
     encoder.encode(texts[:64])  # warm-up
 
     def in_process() -> dict[str, float]:
-        return {"items_per_s": round(len(texts) / seconds(encoder.encode, texts, args.run_batch), 1)}
+        cpu = time.process_time()
+        rate = len(texts) / seconds(encoder.encode, texts, args.run_batch)
+        return {
+            "items_per_s": round(rate, 1),
+            "core_ms": round(1000 * (time.process_time() - cpu) / len(texts), 3),
+        }
 
-    results["in_process_sent_per_s"] = in_process()["items_per_s"]
+    first = in_process()
+    results["in_process_sent_per_s"], results["in_process_core_ms"] = first["items_per_s"], first["core_ms"]
     alone = [seconds(encoder.encode, [text]) for text in sentences[:300]]
     results["in_process_batch1_p50_ms"] = round(1000 * float(np.median(alone)), 2)
-    with hl.serving(args.bundle, server_flags(args, args.index), args.log_dir / "serve.log") as (base, _):
+    with hl.serving(args.bundle, server_flags(args, args.index), args.log_dir / "serve.log") as (base, proc):
+        pid = proc.pid
         for c in args.concurrency:
             if c != 32:  # 32: in pairs with the in-process encoder, below
-                results[f"embed_1_sentence_c{c}"] = run_phase(base, hl.one_each("embed", sentences), c, args)
+                one = hl.one_each("embed", sentences)
+                results[f"embed_1_sentence_c{c}"] = run_phase(base, one, c, args, pid=pid)
         if 32 in args.concurrency:
-            pair = phases(base, {"c32": (hl.one_each("embed", sentences), 32, 1)}, args)
+            pair = phases(base, {"c32": (hl.one_each("embed", sentences), 32, 1)}, args, pid)
             median, results["c32_vs_in_process"] = alternating(
                 pair | {"encoder": in_process}, "c32", "encoder", args
             )
@@ -120,7 +137,7 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
             lo = (i * 16) % max(1, len(texts) - 16)
             return "embed16", ("POST", "/v1/embeddings", {"input": texts[lo : lo + 16]})
 
-        served = results["embed_16_sentences_c32"] = run_phase(base, batch16, 32, args, items=16)
+        served = results["embed_16_sentences_c32"] = run_phase(base, batch16, 32, args, items=16, pid=pid)
         ratio = results["in_process_sent_per_s"] / max(served["items_per_s"], 1e-9)
         results["serving_overhead_ratio"] = round(ratio, 2)
         if args.index:
@@ -130,10 +147,10 @@ def standard(args: argparse.Namespace, sentences: list[str], results: dict[str, 
                 return "search32", ("POST", "/search", {"queries": texts[lo : lo + 32], "top_k": 10})
 
             search1, embed1 = hl.one_each("search", sentences), hl.one_each("embed", sentences)
-            at_8 = phases(base, {"embed": (embed1, 8, 1), "search": (search1, 8, 1)}, args)
+            at_8 = phases(base, {"embed": (embed1, 8, 1), "search": (search1, 8, 1)}, args, pid)
             median, results["search_vs_embed_c8"] = alternating(at_8, "search", "embed", args)
             results["search_c8"] = median["search"]
-            singles = phases(base, {"search": (search1, 1, 1), "search32": (search32, 1, 32)}, args)
+            singles = phases(base, {"search": (search1, 1, 1), "search32": (search32, 1, 32)}, args, pid)
             median, results["search32_vs_search_c1"] = alternating(singles, "search32", "search", args)
             results["search_c1"], results["search_32_queries_c1"] = median["search"], median["search32"]
         if args.infinity:
@@ -230,10 +247,12 @@ def block_name(results: dict[str, Any]) -> str:
     return "serve-load" if results["meta"]["mode"] == "load" else "serve"
 
 
-def phases(base: str, spec: dict[str, tuple[hl.MakeRequest, int, int]], args: argparse.Namespace) -> Runners:
+def phases(
+    base: str, spec: dict[str, tuple[hl.MakeRequest, int, int]], args: argparse.Namespace, pid: int
+) -> Runners:
     """Server phases (name: requests, concurrency, texts a request) as ``alternating`` runs them."""
     return {
-        name: functools.partial(run_phase, base, *phase[:2], args, items=phase[2])
+        name: functools.partial(run_phase, base, *phase[:2], args, items=phase[2], pid=pid)
         for name, phase in spec.items()
     }
 
@@ -249,89 +268,6 @@ def alternating(runners: Runners, top: str, bottom: str, args: argparse.Namespac
         rounds.append(done | {"ratio": round(done[top]["items_per_s"] / done[bottom]["items_per_s"], 3)})
     median = sorted(rounds, key=lambda x: x["ratio"])[len(rounds) // 2]
     return median, {"ratios": [x["ratio"] for x in rounds], "median": median["ratio"]}
-
-
-def render(results: dict[str, Any]) -> str:
-    meta, peer = results["meta"], results.get("infinity", {})
-    if meta["mode"] == "load":
-        return render_load(results)
-    one = "embed_1_sentence_c"
-    phases = {k: f"1 sentence, concurrency {k.removeprefix(one)}" for k in results if k.startswith(one)}
-    phases["embed_16_sentences_c32"] = "16 sentences, concurrency 32"
-    phases["search_c8"] = "/search, concurrency 8"
-    phases["search_c1"] = "/search, concurrency 1"
-    phases["search_32_queries_c1"] = "/search, 32 queries a request, concurrency 1"
-    rows = []
-    encoder, embed_c8 = results["in_process_sent_per_s"], results.get("embed_1_sentence_c8", {}).get("rps")
-    for key, name in phases.items():
-        if p := results.get(key):
-            bad = sum(n for code, n in p["statuses"].items() if not str(code).startswith("2"))
-            search = key in ("search_c8", "search_c1")
-            items = h.fmt(None if search else p["items_per_s"])
-            latency = [h.fmt(p.get(f"p{q}_ms"), ".2f") for q in (50, 99)]
-            ratio = (
-                p["rps"] / embed_c8 if search and embed_c8 else None if search else p["items_per_s"] / encoder
-            )
-            if key == "search_c8" and "search_vs_embed_c8" in results:  # the paired rounds' median
-                ratio = results["search_vs_embed_c8"]["median"]
-            if key == "embed_1_sentence_c32" and "c32_vs_in_process" in results:  # paired the same way
-                ratio = results["c32_vs_in_process"]["median"]
-            if key == "search_c1":  # against one-sentence embeds at the same concurrency
-                ratio = p["rps"] / results["embed_1_sentence_c1"]["rps"]
-            if key == "search_32_queries_c1":  # queries/s against one query a request, paired
-                paired = results.get("search32_vs_search_c1")
-                ratio = paired["median"] if paired else p["items_per_s"] / results["search_c1"]["rps"]
-            cells = [name, h.fmt(p["rps"]), items, h.fmt(ratio, ".0%"), *latency, bad + p["transport_errors"]]
-            rows.append(cells)
-    batch1 = results.get("in_process_batch1_p50_ms")
-    rows.append(["in-process encoder, same texts", "", h.fmt(encoder), "100%", h.fmt(batch1, ".2f"), "", ""])
-    text = (
-        f"`distilembed serve --bundle {meta['bundle']}` (max_batch {meta['max_batch']}, run_batch "
-        f"{meta['run_batch']}, index `{meta['index']}`), client {meta['client']}, "
-        f"{meta['duration_cap_s']:.0f} s per phase over {meta['sentences']:,} STS-B test sentences.\n\n"
-    ) + h.markdown_table(
-        ("phase", "req/s", "sentences/s", "of in-process", "p50 ms", "p99 ms", "non-2xx"), rows
-    )
-    text += (
-        "\n\n*of in-process*: sentences/s against the in-process encoder (length-sorted runs of run_batch, "
-        "all threads; at concurrency 32 the median of --peer-rounds back-to-back pairs with it, order "
-        "alternating); for /search, its req/s against one-sentence embeds at the same concurrency (at 8: "
-        "paired the same way); for 32 queries a request, its queries/s against one query a request (paired "
-        "too). The in-process p50 is one sentence at a time."
-    )
-    if "rounds" in peer:
-        theirs = ", ".join(h.fmt(r["infinity"]["rps"]) for r in peer["rounds"])
-        ratios = ", ".join(f"{r['ratio']:.2f}" for r in peer["rounds"])
-        text += (
-            f"\n\nAgainst infinity-emb (`{peer['model']}`, {peer['engine']}), one sentence per request at "
-            f"concurrency 8, {len(peer['rounds'])} alternating rounds: infinity {theirs} req/s; "
-            f"distilembed / infinity {ratios}; **median {peer['median_ratio']:.2f}x**."
-        )
-    return text
-
-
-def render_load(results: dict[str, Any]) -> str:
-    load_, meta, restart = results["load_c32"], results["meta"], results.get("restart_after_kill9")
-    kinds = ", ".join(f"{kind} {v['ok']:,}" for kind, v in load_["by_kind"].items())
-    rows = [
-        ("requests / ok", f"{load_['requests']:,} / {load_['ok']:,} ({kinds})"),
-        ("5xx / transport errors", f"**{load_['5xx']}** / {load_['transport_errors']}"),
-        ("p50 / p95 / p99 ms", " / ".join(h.fmt(load_[k], ".0f") for k in ("p50_ms", "p95_ms", "p99_ms"))),
-    ]
-    if "rss_growth_pct" in results:
-        mib = [results.get(k, 0) / 2**20 for k in ("rss_after_warmup_bytes", "rss_end_bytes")]
-        rows.append(("RSS after warm-up / at the end", f"{mib[0]:.1f} / {mib[1]:.1f} MiB"))
-        growth = f"**{results['rss_growth_pct']}%** ({results['rss_growth_mb']} MiB)"
-        rows.append(("RSS growth", f"{growth}; {results['rss_growth_from_ready_pct']}% from `/ready`"))
-    if restart:
-        found = f"**{restart['found_again']:,} / {restart['documents_before']:,}**"
-        rows.append(("documents held before `kill -9` / found again after restart", found))
-    setup = (
-        f"{load_['seconds']:.0f} s at concurrency 32 ({meta['client']}) of embed, search and upsert on a "
-        f"copy of `{meta['index']}`, after a warm-up; then `kill -9`, a restart, and every document "
-        "looked up."
-    )
-    return f"{setup}\n\n{h.markdown_table(('figure', 'value'), rows)}"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -74,6 +74,10 @@ def test_serve_measures_every_phase_and_renders_its_block(tmp_path, doc, index, 
     phases = ["embed_1_sentence_c1", "embed_1_sentence_c32", "embed_16_sentences_c32", "search_c8"]
     assert all(result[p]["ok"] > 0 and set(result[p]["statuses"]) == {"200"} for p in phases)
     assert result["in_process_sent_per_s"] > 0 and result["run"]["command"].startswith("python bench/serve.")
+    assert result["in_process_core_ms"] > 0  # the server's CPU a request, and its event loop's share
+    # /proc counts CPU in 10 ms ticks: a 20-request phase may round to 0, all four together do not
+    assert all(0 <= result[p]["loop_core_ms"] <= result[p]["server_core_ms"] for p in phases)
+    assert sum(result[p]["server_core_ms"] for p in phases) > 0
     paired = result["search_vs_embed_c8"]  # /search and embed back to back, order alternating
     assert len(paired["ratios"]) == 3 and paired["median"] == sorted(paired["ratios"])[1] > 0
     assert len(result["search32_vs_search_c1"]["ratios"]) == 3
@@ -82,6 +86,7 @@ def test_serve_measures_every_phase_and_renders_its_block(tmp_path, doc, index, 
     serve.main(["--render-from", str(out), "--doc", str(doc)])
     rendered = block(doc, "serve")
     assert "| 1 sentence, concurrency 32 |" in rendered and "| /search, concurrency 8 |" in rendered
+    assert "CPU ms (loop)" in rendered
     assert repo_outputs() == before
 
 
