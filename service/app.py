@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,6 +35,9 @@ VERSIONED = ("distilembed", "onnxruntime", "tokenizers", "faiss-cpu", "numpy", "
 def load_encoder(s: Settings) -> EncoderLike:
     from export.runtime import Encoder
 
+    # Each encoder worker tokenises its own batch on its own core; the tokeniser's thread pool only
+    # adds hand-offs between the two (decision 64). A value the operator set is kept.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _, threads = s.encoder_threads()
     return Encoder(
         s.bundle, variant=s.variant, threads=threads, batch_size=s.run_batch, spin_wait=s.spin_wait
