@@ -191,10 +191,11 @@ class LiveIndex(Retraining, Browsing):
         weights: Sequence[float] = (1.0, 1.0),
         candidates: int | None = None,
         nprobe: int | None = None,
+        lexical: list[tuple[int, float]] | None = None,
     ) -> list[HybridHit]:
         """The top-k of the dense and the lexical top ``candidates`` (default: k, at least 50), both
         filtered by ``where``, fused (index/fusion.py: ``rrf``, or ``weighted`` min-max scores);
-        ``weights``: (dense, lexical)."""
+        ``weights``: (dense, lexical); ``lexical``: that side already found (``lexical_side``)."""
         check_fusion(k, fusion, weights)
         queries = self.check_vectors(np.reshape(np.asarray(query_vector, dtype=np.float32), (1, -1)))
         node, window = parse_filter(where), max(k, candidates or HYBRID_CANDIDATES)
@@ -203,12 +204,25 @@ class LiveIndex(Retraining, Browsing):
             # and SQLite let go of the GIL). Not with a filter: one SQLite connection used from two
             # threads deadlocks on the filter's Python SQL functions.
             lexical_side = functools.partial(self.store.lexical_search, text, window, node)
-            pending = LEXICAL_POOL.submit(lexical_side) if node == MATCH_ALL else None
+            beside = lexical is None and node == MATCH_ALL
+            pending = LEXICAL_POOL.submit(lexical_side) if beside else None
             scores, ids = self._dense(queries, window, nprobe or self.nprobe, node, None)
-            lexical = pending.result() if pending else lexical_side()
+            if lexical is None:
+                lexical = pending.result() if pending else lexical_side()
             dense = [(int(i), float(s)) for s, i in zip(scores[0], ids[0], strict=True) if i >= 0]
             fused = fuse(dense, lexical, fusion, weights)[:k]
             return hybrid_hits(fused, self.store.get_many([i for i, _ in fused]), dense, lexical)
+
+    def lexical_side(
+        self, text: str, k: int = 10, where: dict[str, Any] | None = None, candidates: int | None = None
+    ) -> list[tuple[int, float]]:
+        """A hybrid search's lexical candidates, (id, BM25) best first, for a caller that finds them
+        while the query is still being encoded and passes them to ``search_hybrid(lexical=...)``. The
+        two sides then see the index a moment apart, as two searches would: a document deleted in
+        between is left out of the hits."""
+        node, window = parse_filter(where), max(k, candidates or HYBRID_CANDIDATES)
+        with self._lock:
+            return self.store.lexical_search(text, window, node)
 
     def count(self, where: dict[str, Any] | None = None) -> int:
         """How many documents pass the filter (all of them without one)."""

@@ -3,6 +3,7 @@ pool (they block)."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Annotated, Any, cast
@@ -108,17 +109,22 @@ async def _search_rest(
     vectors: np.ndarray | None,
     found: list[list[Hit] | None],
     k: int,
+    ahead: Ahead | None = None,
 ) -> list[list[Hit]]:
     """``found`` completed: the queries without hits yet searched on the event loop (a lone one, when
-    ``live`` can answer at once) or in the thread pool."""
+    ``live`` can answer at once) or in the thread pool; ``ahead``: hybrid queries' lexical sides."""
     if missing := [i for i, hits in enumerate(found) if hits is None]:
         start = time.perf_counter()
         rest = None if vectors is None else vectors[missing]
-        got = (
-            live.try_search(rest, k, INLINE_MAX_SCANNED)
-            if live and rest is not None and len(missing) == 1
-            else None
-        )
+        got: list[list[Hit]] | None = None
+        if ahead is not None and rest is not None:
+            lexical, seconds = await ahead
+            start -= seconds  # the search's time includes its lexical side's
+            index, subset = cast("LiveIndex", state.require_index()), [texts[i] for i in missing]
+            sides = [lexical[i] for i in missing]
+            got = await run_in_threadpool(_hybrid_after, index, body, subset, rest, k, sides=sides)
+        elif live and rest is not None and len(missing) == 1:
+            got = live.try_search(rest, k, INLINE_MAX_SCANNED)
         if got is None:
             subset = [texts[i] for i in missing] if texts else []
             got = await run_in_threadpool(_run_search, state.require_index(), body, subset, rest, k)
@@ -141,6 +147,43 @@ def _run_search(
     return [
         list(index.search_hybrid(v, t, k, where, fusion=body.fusion, weights=weights, nprobe=body.nprobe))
         for v, t in zip(vectors, texts, strict=True)
+    ]
+
+
+Sides = list[list[tuple[int, float]]]  # per query, the lexical side's (id, BM25) candidates
+Ahead = asyncio.Future[tuple[Sides, float]]  # those sides, and the seconds they took
+
+
+def _lexical_ahead(index: IndexLike, body: SearchRequest, texts: list[str], k: int) -> Ahead | None:
+    """A hybrid search's lexical sides over a local index, found in the thread pool while the encoder
+    makes the query vectors (decision 65); None for other searches."""
+    if body.mode != "hybrid" or not texts or not isinstance(index, LiveIndex):
+        return None
+
+    def sides() -> tuple[Sides, float]:
+        start = time.perf_counter()
+        found = [index.lexical_side(text, k, body.filter or None) for text in texts]
+        return found, time.perf_counter() - start
+
+    ahead = asyncio.ensure_future(run_in_threadpool(sides))
+    # Retrieved where it is awaited; this keeps a failure from being logged as never retrieved when the
+    # request fails first (the encoder's queue full, say).
+    ahead.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return ahead
+
+
+def _hybrid_after(
+    index: LiveIndex, body: SearchRequest, texts: list[str], vectors: np.ndarray, k: int, *, sides: Sides
+) -> list[list[Hit]]:
+    """Hybrid queries whose lexical sides were found ahead (``_lexical_ahead``): their dense sides, fused."""
+    where, weights = body.filter or None, tuple(body.weights or (1.0, 1.0))
+    return [
+        list(
+            index.search_hybrid(
+                v, t, k, where, fusion=body.fusion, weights=weights, nprobe=body.nprobe, lexical=lexical
+            )
+        )
+        for v, t, lexical in zip(vectors, texts, sides, strict=True)
     ]
 
 
@@ -177,11 +220,13 @@ async def search_content(body: SearchRequest, state: ServiceState, scope: Scope)
     vectors: np.ndarray | None = None
     found: list[list[Hit] | None] = [None] * max(1, len(texts))
     live = _plain(index, body, k, limits.inline_search)
+    ahead = None
     if body.vector is not None:
         vectors = _vector(body, index.dim)
     elif body.mode != "lexical":
+        ahead = _lexical_ahead(index, body, texts, k)
         vectors, found = await _embedded_search(live, texts, state, k)
-    hits = await _search_rest(state, body, live, texts=texts, vectors=vectors, found=found, k=k)
+    hits = await _search_rest(state, body, live, texts=texts, vectors=vectors, found=found, k=k, ahead=ahead)
     floor = body.score_threshold
     pages = [[h for h in row[body.offset :] if floor is None or h.score >= floor] for row in hits]
     wanted = body.returned()

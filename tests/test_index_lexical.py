@@ -97,6 +97,23 @@ def test_hybrid_fuses_both_sides_and_says_which_matched(tmp_path) -> None:
     assert ids(no_words)[0] == "both" and all(h.matched == ("dense",) for h in no_words)
 
 
+def test_a_lexical_side_found_ahead_fuses_as_the_search_finds_it_itself(tmp_path) -> None:
+    live = lexical_index(tmp_path / "idx", n=200)
+    query = unit(11)[0]
+    live.upsert(
+        [Document("both", "quokka sighting report"), Document("lex", "quokka")], np.stack([query, -query])
+    )
+    for where in (None, {"group": 1}):
+        side = live.lexical_side("quokka text", k=5, where=where)
+        assert side and side == sorted(side, key=lambda hit: -hit[1])  # (int id, BM25), best first
+        alone = live.search_hybrid(query, "quokka text", k=5, where=where)
+        assert live.search_hybrid(query, "quokka text", k=5, where=where, lexical=side) == alone
+    side = live.lexical_side("quokka", k=5)
+    live.delete(["lex"])  # between the two sides: left out, not an error
+    assert "lex" not in ids(live.search_hybrid(query, "quokka", k=5, lexical=side))
+    live.close()
+
+
 def test_without_the_lexical_index_a_one_line_error_says_how_to_add_it(tmp_path) -> None:
     make_index(tmp_path / "idx", n=200, flat=True)
     live = LiveIndex(tmp_path / "idx")

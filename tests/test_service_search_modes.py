@@ -3,6 +3,7 @@ fields, and GET /documents: on the fake index (fast), then end to end on a real 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,34 @@ def test_plain_dense_queries_skip_the_thread_pool_and_answer_alike(
     off = make_client(index=LiveIndex(empty_index_dir(tmp_path / "off", dim=8)), inline_search=False)
     search(off, query="anything", top_k=3)
     assert handed == ["_run_search", "_run_search"]
+
+
+def test_hybrid_finds_its_lexical_side_while_the_encoder_runs(
+    make_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    index = LiveIndex(empty_index_dir(tmp_path / "index", dim=8, lexical=True))
+    encoder = FakeEncoder(gate=gate)
+    client = make_client(encoder=encoder, index=index, max_payload_bytes=1 << 20, max_items=16)
+    gate.set()
+    docs = [{"id": f"f{i}", "text": t, "metadata": {"n": i % 3}} for i, t in enumerate(FILLER[:16])]
+    assert client.post("/documents", json={"documents": docs}).status_code == 200
+    real = LiveIndex.lexical_side
+
+    def opens_the_gate(self: LiveIndex, *args: Any, **kwargs: Any) -> list[tuple[int, float]]:
+        found = real(self, *args, **kwargs)
+        gate.set()  # the encoder, waiting at the gate, goes on only once the lexical side is found
+        return found
+
+    monkeypatch.setattr(LiveIndex, "lexical_side", opens_the_gate)
+    gate.clear()
+    for body in ({"query": "alpha3 gamma5"}, {"queries": ["alpha3 gamma5", "delta7"], "filter": {"n": 1}}):
+        answer = search(client, mode="hybrid", top_k=4, **body)
+        texts, where = body.get("queries") or [body["query"]], body.get("filter")
+        vectors = FakeEncoder().encode(texts)
+        expected = [index.search_hybrid(v, t, 4, where) for v, t in zip(vectors, texts, strict=True)]
+        got = [b["results"] for b in answer["batches"]] if "batches" in answer else [answer["results"]]
+        assert [ids(hits) for hits in got] == [[h.id for h in hits] for hits in expected]
+        scores = [h["score"] for hits in got for h in hits]
+        assert scores == pytest.approx([h.score for hits in expected for h in hits])
+        gate.clear()
