@@ -11,7 +11,8 @@ Quality, MRR@10 and recall@10 per mode:
   (document frequency in the corpus): the names, numbers and rare terms a 128-d student blurs.
 
 Speed: the p50 of one query at a time in process (query encoding included for dense and hybrid,
-lexical needs none) at ``--distractors`` and ``--large`` documents; and the lexical index's bytes per
+lexical needs none) at ``--distractors`` and ``--large`` documents; at ``--large``, dense and hybrid
+/search through ``distilembed serve`` too (``--served-rounds``); and the lexical index's bytes per
 document. Indexes are built once under ``--work`` (``distilembed index build``'s code, IVF float32)
 and reused. Writes its JSON (--out) and the block of docs/results.md (--no-doc: not).
 """
@@ -119,6 +120,35 @@ def lexical_bytes(index_dir: Path, documents: int) -> float:
         return round((with_it - copy.stat().st_size) / documents, 1)
 
 
+def served_p50(args: argparse.Namespace, folder: Path, texts: list[str]) -> dict[str, Any]:
+    """Dense and hybrid /search through ``distilembed serve`` over ``folder``, one query at a time over
+    HTTP (wrk if installed, else httpx), in ``--served-rounds`` rounds whose order alternates: each
+    mode's p50 per round, and the medians. The server finds a hybrid query's lexical side while its
+    encoder makes the vector, which an in-process call that is handed the vector cannot."""
+    import http_load as hl
+
+    bodies = {mode: [{"query": t, "top_k": 10, "mode": mode} for t in texts] for mode in ("dense", "hybrid")}
+    client = "wrk" if shutil.which("wrk") else "httpx"
+
+    def p50(base: str, mode: str) -> float:
+        if client == "wrk":
+            return float(hl.wrk(base, "/search", bodies[mode], 1, args.served_seconds)["p50_ms"])
+        requests = bodies[mode]
+        make: hl.MakeRequest = lambda i: (mode, ("POST", "/search", requests[i % len(requests)]))  # noqa: E731
+        return float(hl.load(base, make, 1, 10**9, args.served_seconds).summary()["p50_ms"])
+
+    rounds = []
+    logs = Path(tempfile.mkdtemp(prefix="bench-hybrid-serve-"))
+    with hl.serving(args.bundle, ["--index", str(folder)], logs / "serve.log") as (base, _):
+        p50(base, "hybrid")  # warm: the lists, the pages and the planner's term counts
+        for r in range(args.served_rounds):
+            order = ("dense", "hybrid")[:: 1 if r % 2 == 0 else -1]
+            rounds.append({mode: p50(base, mode) for mode in order})
+    shutil.rmtree(logs, ignore_errors=True)
+    medians = {mode: round(statistics.median(r[mode] for r in rounds), 2) for mode in ("dense", "hybrid")}
+    return {"client": client, "rounds": rounds, "p50_ms": medians}
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> h.Result:
     data = h.load_quora_retrieval(Path(args.data_dir) / "quora")
     wiki_path = Path(args.data_dir) / h.WIKIPEDIA
@@ -180,13 +210,24 @@ def run(args: argparse.Namespace, argv: list[str]) -> h.Result:
                 "lexical_bytes_per_doc": lexical_bytes(folder, index.ntotal),
             }
         )
-        print(speed[-1], flush=True)
         index.close()
+        if args.served_rounds and folder == sizes[len(large)]:
+            speed[-1]["served"] = served_p50(args, folder, timing)
+        print(speed[-1], flush=True)
     settings = {
         k: getattr(args, k)
         for k in ("bundle", "distractors", "known", "rare_words", "large", "nlist", "timed")
     }
     return {"quality": rows, "speed": speed, "settings": settings, "run": h.run_info("bench/hybrid.py", argv)}
+
+
+def served_line(documents: int, served: dict[str, Any]) -> str:
+    dense, hybrid = served["p50_ms"]["dense"], served["p50_ms"]["hybrid"]
+    return (
+        f"at {documents:,} documents, dense {dense:.2f} ms and hybrid {hybrid:.2f} ms, "
+        f"**{hybrid / dense:.2f}x** ({served['client']}, the median of {len(served['rounds'])} alternating "
+        "rounds)"
+    )
 
 
 def render(result: h.Result) -> str:
@@ -212,6 +253,12 @@ def render(result: h.Result) -> str:
         f"{st['known']:,} held-back Wikipedia sentences. Latency: {st['timed']} Quora queries one at a time "
         "in process, query encoding included for dense and hybrid."
     )
+    served = [served_line(s["documents"], s["served"]) for s in result["speed"] if "served" in s]
+    if served:
+        note += (
+            " Through `distilembed serve`, one /search at a time over HTTP, where a hybrid query's "
+            "lexical side runs while the encoder makes its vector: " + "; ".join(served) + "."
+        )
     return f"{quality}\n\n{h.markdown_table(header, cells)}\n\n{note}"
 
 
@@ -232,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=10_000, help="Quora queries scored (at most)")
     parser.add_argument("--timed", type=int, default=300, help="queries timed per mode and size")
     parser.add_argument("--nlist", type=int, default=1024)
+    parser.add_argument("--served-rounds", type=int, default=5, help="served p50 rounds (0: none)")
+    parser.add_argument("--served-seconds", type=float, default=8.0, help="seconds per served phase")
     parser.add_argument("--work", default="runs/bench-hybrid", help="where the indexes are kept")
     parser.add_argument("--out", type=Path, default=h.RESULTS / "hybrid.json")
     h.add_doc_args(parser)

@@ -253,6 +253,7 @@ def test_quality_dimensions_and_transfer(
 def test_hybrid_quality_and_speed(bench_data: Path, tiny_bundle: Path, tmp_path: Path) -> None:
     args = ["--bundle", str(tiny_bundle), "--data-dir", str(bench_data), "--distractors", "100"]
     args += ["--large", "300", "--known", "10", "--held-back", "300", "--timed", "5", "--nlist", "4"]
+    args += ["--served-rounds", "2", "--served-seconds", "1"]
     hybrid.main([*args, "--work", str(tmp_path / "work"), "--out", str(tmp_path / "h.json"), "--no-doc"])
     result = json.loads((tmp_path / "h.json").read_text())
     assert result["quality"][0]["set"] == "Quora"
@@ -261,3 +262,6 @@ def test_hybrid_quality_and_speed(bench_data: Path, tiny_bundle: Path, tmp_path:
     assert all(0 <= row[m]["mrr10"] <= 100 for row in result["quality"] for m in hybrid.MODES)
     assert [s["documents"] for s in result["speed"]][1] > result["speed"][0]["documents"]
     assert all(s["lexical_bytes_per_doc"] > 0 and s["p50_ms"]["hybrid"] > 0 for s in result["speed"])
+    served = result["speed"][1]["served"]  # the larger index through `distilembed serve`, over HTTP
+    assert len(served["rounds"]) == 2 and served["p50_ms"]["hybrid"] > 0 and served["p50_ms"]["dense"] > 0
+    assert "served" not in result["speed"][0] and "Through `distilembed serve`" in hybrid.render(result)
