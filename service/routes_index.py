@@ -143,11 +143,13 @@ def _run_search(
         return index.search(vectors, k, body.nprobe, where, body.rescore_k)
     if vectors is None:
         return [index.search_lexical(text, k, where) for text in texts]
-    weights = tuple(body.weights or (1.0, 1.0))
-    return [
-        list(index.search_hybrid(v, t, k, where, fusion=body.fusion, weights=weights, nprobe=body.nprobe))
-        for v, t in zip(vectors, texts, strict=True)
-    ]
+    options = _hybrid_options(body)
+    return [list(index.search_hybrid(v, t, k, where, **options)) for v, t in zip(vectors, texts, strict=True)]
+
+
+def _hybrid_options(body: SearchRequest) -> dict[str, Any]:
+    """``search_hybrid``'s fusion, weights and nprobe as the request gives them."""
+    return {"fusion": body.fusion, "weights": tuple(body.weights or (1.0, 1.0)), "nprobe": body.nprobe}
 
 
 Sides = list[list[tuple[int, float]]]  # per query, the lexical side's (id, BM25) candidates
@@ -176,13 +178,9 @@ def _hybrid_after(
     index: LiveIndex, body: SearchRequest, texts: list[str], vectors: np.ndarray, k: int, *, sides: Sides
 ) -> list[list[Hit]]:
     """Hybrid queries whose lexical sides were found ahead (``_lexical_ahead``): their dense sides, fused."""
-    where, weights = body.filter or None, tuple(body.weights or (1.0, 1.0))
+    where, options = body.filter or None, _hybrid_options(body)
     return [
-        list(
-            index.search_hybrid(
-                v, t, k, where, fusion=body.fusion, weights=weights, nprobe=body.nprobe, lexical=lexical
-            )
-        )
+        list(index.search_hybrid(v, t, k, where, lexical=lexical, **options))
         for v, t, lexical in zip(vectors, texts, sides, strict=True)
     ]
 
